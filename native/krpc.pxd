@@ -1,0 +1,390 @@
+# cython: language_level=3
+# KRPC primitive readers and writers, inlined into every codec module that cimports them.
+#
+# Wire layout (all integers big-endian, as Kafka's protocol guide defines them):
+#   int8/16/32/64, uint16/32    fixed width, two's complement
+#   float64                     IEEE 754 binary64
+#   bool                        int8, non-zero = true
+#   uuid                        16 raw bytes
+#   unsigned varint             7 bits per byte, low group first, high bit = more (<= 5 bytes)
+#   varint / varlong            zigzag-encoded signed, then as unsigned varint (<= 5 / 10 bytes)
+#   string                      int16 length, then UTF-8 (-1 = null where nullable)
+#   compact string              unsigned varint (length + 1), then UTF-8 (0 = null)
+#   bytes                       int32 length, then raw (-1 = null where nullable)
+#   compact bytes               unsigned varint (length + 1), then raw (0 = null)
+#   array                       int32 count, then elements (-1 = null where nullable)
+#   compact array               unsigned varint (count + 1), then elements (0 = null)
+#   tagged fields               unsigned varint count, then per field: uvarint tag,
+#                               uvarint size, size bytes of value
+#
+# Invariant every reader relies on: r.pos <= r.end, and no byte at or past r.end is touched.
+# Every length read from the wire is checked against the bytes that remain before it is used
+# to allocate or to advance, so a lying length can never cause an over-read or a large
+# allocation.
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                          uint64_t)
+from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    bint PyUnicode_CheckExact(object o)
+    bint PyBytes_CheckExact(object o)
+    char* PyBytes_AS_STRING(object o)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
+
+
+cdef struct Reader:
+    const unsigned char* buf
+    Py_ssize_t pos
+    Py_ssize_t end
+    Py_ssize_t base        # offset of buf[0] in the caller's frame, for error messages
+    const char* field      # what is being decoded right now, for error messages
+
+
+cdef struct Writer:
+    unsigned char* buf
+    Py_ssize_t len
+    Py_ssize_t cap
+    const char* field      # what is being encoded right now, for error messages
+
+
+# Cold paths, implemented once in krpc.pyx.
+cdef int raise_truncated(Reader* r, Py_ssize_t need) except -1
+cdef int raise_invalid(Reader* r, str what) except -1
+cdef object raise_bad_utf8(Reader* r, Py_ssize_t start)
+cdef int raise_encode(Writer* w, str what) except -1
+cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1
+cdef int writer_init(Writer* w, Py_ssize_t cap) except -1
+cdef void writer_free(Writer* w) noexcept
+cdef bytes writer_bytes(Writer* w)
+cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) except -1
+cdef int reader_from_object(Reader* r, object data, Py_buffer* view) except -1  # 1 = view taken
+cdef int check_array_count(Reader* r, Py_ssize_t n, Py_ssize_t min_elem) except -1
+
+
+# ---------------------------------------------------------------- reading
+
+cdef inline int need(Reader* r, Py_ssize_t n) except -1:
+    if r.end - r.pos < n:
+        raise_truncated(r, n)
+    return 0
+
+cdef inline int8_t read_int8(Reader* r) except? -1:
+    need(r, 1)
+    cdef int8_t v = <int8_t>r.buf[r.pos]
+    r.pos += 1
+    return v
+
+cdef inline bint read_bool(Reader* r) except? -1:
+    need(r, 1)
+    cdef bint v = r.buf[r.pos] != 0
+    r.pos += 1
+    return v
+
+cdef inline uint16_t read_uint16(Reader* r) except? 0xFFFF:
+    need(r, 2)
+    cdef const unsigned char* p = r.buf + r.pos
+    r.pos += 2
+    return (<uint16_t>p[0] << 8) | p[1]
+
+cdef inline int16_t read_int16(Reader* r) except? -1:
+    return <int16_t>read_uint16(r)
+
+cdef inline uint32_t read_uint32(Reader* r) except? 0xFFFFFFFF:
+    need(r, 4)
+    cdef const unsigned char* p = r.buf + r.pos
+    r.pos += 4
+    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8)
+            | <uint32_t>p[3])
+
+cdef inline int32_t read_int32(Reader* r) except? -1:
+    return <int32_t>read_uint32(r)
+
+cdef inline int64_t read_int64(Reader* r) except? -1:
+    need(r, 8)
+    cdef const unsigned char* p = r.buf + r.pos
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    r.pos += 8
+    return <int64_t>v
+
+cdef inline double read_float64(Reader* r) except? -1:
+    cdef uint64_t bits = <uint64_t>read_int64(r)
+    cdef double d
+    memcpy(&d, &bits, 8)
+    return d
+
+cdef inline uint32_t read_uvarint(Reader* r) except? 0xFFFFFFFF:
+    # At most 5 bytes; the 5th may only carry the top 4 bits of a 32-bit value.
+    cdef uint32_t v = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if r.pos >= r.end:
+            raise_truncated(r, 1)
+        b = r.buf[r.pos]
+        r.pos += 1
+        if shift == 28 and (b & 0xF0):
+            raise_invalid(r, "unsigned varint longer than 32 bits")
+        v |= <uint32_t>(b & 0x7F) << shift
+        if not (b & 0x80):
+            return v
+        shift += 7
+
+cdef inline uint64_t read_uvarlong(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if r.pos >= r.end:
+            raise_truncated(r, 1)
+        b = r.buf[r.pos]
+        r.pos += 1
+        if shift == 63 and (b & 0xFE):
+            raise_invalid(r, "unsigned varlong longer than 64 bits")
+        v |= <uint64_t>(b & 0x7F) << shift
+        if not (b & 0x80):
+            return v
+        shift += 7
+
+cdef inline int32_t read_varint(Reader* r) except? -1:
+    cdef uint32_t u = read_uvarint(r)
+    return <int32_t>((u >> 1) ^ (0u - (u & 1)))
+
+cdef inline int64_t read_varlong(Reader* r) except? -1:
+    cdef uint64_t u = read_uvarlong(r)
+    return <int64_t>((u >> 1) ^ (0u - (u & 1)))
+
+cdef inline bytes read_raw(Reader* r, Py_ssize_t n):
+    need(r, n)
+    cdef bytes out = PyBytes_FromStringAndSize(<const char*>(r.buf + r.pos), n)
+    r.pos += n
+    return out
+
+cdef inline bytes read_uuid(Reader* r):
+    return read_raw(r, 16)
+
+cdef inline object _utf8(Reader* r, Py_ssize_t n):
+    need(r, n)
+    cdef Py_ssize_t start = r.pos
+    cdef object s
+    try:
+        s = PyUnicode_DecodeUTF8(<const char*>(r.buf + start), n, NULL)
+    except UnicodeDecodeError:
+        return raise_bad_utf8(r, start)
+    r.pos += n
+    return s
+
+cdef inline object read_string(Reader* r, bint nullable):
+    cdef int16_t n = read_int16(r)
+    if n < 0:
+        if n == -1 and nullable:
+            return None
+        raise_invalid(r, "string length %d" % n)
+    return _utf8(r, n)
+
+cdef inline object read_compact_string(Reader* r, bint nullable):
+    cdef uint32_t n = read_uvarint(r)
+    if n == 0:
+        if nullable:
+            return None
+        raise_invalid(r, "null compact string in a non-nullable field")
+    if n - 1 > <uint32_t>(r.end - r.pos):
+        raise_truncated(r, n - 1)
+    return _utf8(r, n - 1)
+
+cdef inline object read_bytes(Reader* r, bint nullable):
+    cdef int32_t n = read_int32(r)
+    if n < 0:
+        if n == -1 and nullable:
+            return None
+        raise_invalid(r, "bytes length %d" % n)
+    return read_raw(r, n)
+
+cdef inline object read_compact_bytes(Reader* r, bint nullable):
+    cdef uint32_t n = read_uvarint(r)
+    if n == 0:
+        if nullable:
+            return None
+        raise_invalid(r, "null compact bytes in a non-nullable field")
+    if n - 1 > <uint32_t>(r.end - r.pos):
+        raise_truncated(r, n - 1)
+    return read_raw(r, n - 1)
+
+cdef inline Py_ssize_t read_array_len(Reader* r, bint nullable, Py_ssize_t min_elem) except -2:
+    # Returns the element count, or -1 for a null array. The count is bounded by the bytes
+    # that remain (count * smallest element size), so a huge count cannot drive allocation.
+    cdef int32_t n = read_int32(r)
+    if n < 0:
+        if n == -1 and nullable:
+            return -1
+        raise_invalid(r, "array length %d" % n)
+    check_array_count(r, n, min_elem)
+    return n
+
+cdef inline Py_ssize_t read_compact_array_len(Reader* r, bint nullable,
+                                              Py_ssize_t min_elem) except -2:
+    cdef uint32_t n = read_uvarint(r)
+    if n == 0:
+        if nullable:
+            return -1
+        raise_invalid(r, "null compact array in a non-nullable field")
+    check_array_count(r, <Py_ssize_t>(n - 1), min_elem)
+    return <Py_ssize_t>(n - 1)
+
+cdef inline Py_ssize_t read_tag_size(Reader* r) except -1:
+    cdef uint32_t size = read_uvarint(r)
+    if size > <uint32_t>(r.end - r.pos):
+        raise_truncated(r, size)
+    return size
+
+cdef inline int skip_tagged_fields(Reader* r) except -1:
+    cdef uint32_t count = read_uvarint(r)
+    cdef uint32_t i
+    for i in range(count):
+        read_uvarint(r)
+        r.pos += read_tag_size(r)
+    return 0
+
+
+# ---------------------------------------------------------------- writing
+
+cdef inline int ensure(Writer* w, Py_ssize_t n) except -1:
+    if w.cap - w.len < n:
+        writer_grow(w, n)
+    return 0
+
+cdef inline int write_int8(Writer* w, int8_t v) except -1:
+    ensure(w, 1)
+    w.buf[w.len] = <unsigned char>v
+    w.len += 1
+    return 0
+
+cdef inline int write_bool(Writer* w, object v) except -1:
+    return write_int8(w, 1 if v else 0)
+
+cdef inline int write_uint16(Writer* w, uint16_t v) except -1:
+    ensure(w, 2)
+    cdef unsigned char* p = w.buf + w.len
+    p[0] = <unsigned char>(v >> 8)
+    p[1] = <unsigned char>v
+    w.len += 2
+    return 0
+
+cdef inline int write_int16(Writer* w, int16_t v) except -1:
+    return write_uint16(w, <uint16_t>v)
+
+cdef inline int write_uint32(Writer* w, uint32_t v) except -1:
+    ensure(w, 4)
+    cdef unsigned char* p = w.buf + w.len
+    p[0] = <unsigned char>(v >> 24)
+    p[1] = <unsigned char>(v >> 16)
+    p[2] = <unsigned char>(v >> 8)
+    p[3] = <unsigned char>v
+    w.len += 4
+    return 0
+
+cdef inline int write_int32(Writer* w, int32_t v) except -1:
+    return write_uint32(w, <uint32_t>v)
+
+cdef inline int put_int32_at(Writer* w, Py_ssize_t at, int32_t v) noexcept:
+    # Backfill a length prefix reserved earlier.
+    cdef uint32_t u = <uint32_t>v
+    cdef unsigned char* p = w.buf + at
+    p[0] = <unsigned char>(u >> 24)
+    p[1] = <unsigned char>(u >> 16)
+    p[2] = <unsigned char>(u >> 8)
+    p[3] = <unsigned char>u
+    return 0
+
+cdef inline int write_int64(Writer* w, int64_t v) except -1:
+    ensure(w, 8)
+    cdef uint64_t u = <uint64_t>v
+    cdef unsigned char* p = w.buf + w.len
+    cdef int i
+    for i in range(8):
+        p[i] = <unsigned char>(u >> (56 - 8 * i))
+    w.len += 8
+    return 0
+
+cdef inline int write_float64(Writer* w, double d) except -1:
+    cdef int64_t bits
+    memcpy(&bits, &d, 8)
+    return write_int64(w, bits)
+
+cdef inline int write_uvarint(Writer* w, uint32_t v) except -1:
+    ensure(w, 5)
+    while v >= 0x80:
+        w.buf[w.len] = <unsigned char>((v & 0x7F) | 0x80)
+        w.len += 1
+        v >>= 7
+    w.buf[w.len] = <unsigned char>v
+    w.len += 1
+    return 0
+
+cdef inline int write_uvarlong(Writer* w, uint64_t v) except -1:
+    ensure(w, 10)
+    while v >= 0x80:
+        w.buf[w.len] = <unsigned char>((v & 0x7F) | 0x80)
+        w.len += 1
+        v >>= 7
+    w.buf[w.len] = <unsigned char>v
+    w.len += 1
+    return 0
+
+cdef inline int write_varint(Writer* w, int32_t v) except -1:
+    return write_uvarint(w, (<uint32_t>v << 1) ^ <uint32_t>(v >> 31))
+
+cdef inline int write_varlong(Writer* w, int64_t v) except -1:
+    return write_uvarlong(w, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+
+cdef inline int write_raw(Writer* w, const char* p, Py_ssize_t n) except -1:
+    ensure(w, n)
+    memcpy(w.buf + w.len, p, n)
+    w.len += n
+    return 0
+
+cdef inline int write_string(Writer* w, object v, bint compact, bint nullable) except -1:
+    cdef Py_ssize_t n
+    cdef const char* p
+    if v is None:
+        if not nullable:
+            raise_encode(w, "None is not allowed (field is not nullable at this version)")
+        if compact:
+            return write_uvarint(w, 0)
+        return write_int16(w, -1)
+    if not PyUnicode_CheckExact(v) and not isinstance(v, str):
+        raise_encode(w, "expected str, got %s" % type(v).__name__)
+    p = PyUnicode_AsUTF8AndSize(v, &n)
+    if compact:
+        write_uvarint(w, <uint32_t>(n + 1))
+    else:
+        if n > 32767:
+            raise_encode(w, "string of %d bytes exceeds the int16 length limit" % n)
+        write_int16(w, <int16_t>n)
+    return write_raw(w, p, n)
+
+cdef inline int write_uuid(Writer* w, object v) except -1:
+    if PyBytes_CheckExact(v) and PyBytes_GET_SIZE(v) == 16:
+        return write_raw(w, PyBytes_AS_STRING(v), 16)
+    raise_encode(w, "uuid must be 16 bytes, got %r" % (v,))
+    return -1
+
+cdef inline int write_array_len(Writer* w, object v, bint compact, bint nullable) except -1:
+    # Writes the count prefix of a list (or the null marker) and returns nothing else; the
+    # caller iterates the elements.
+    if v is None:
+        if not nullable:
+            raise_encode(w, "None is not allowed (array is not nullable at this version)")
+        if compact:
+            return write_uvarint(w, 0)
+        return write_int32(w, -1)
+    cdef Py_ssize_t n = len(v)
+    if compact:
+        return write_uvarint(w, <uint32_t>(n + 1))
+    return write_int32(w, <int32_t>n)

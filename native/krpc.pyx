@@ -1,0 +1,182 @@
+# cython: language_level=3
+# Cold paths of the KRPC primitives (errors, buffer growth) and the codec exception types.
+# The hot paths are the inline functions in krpc.pxd.
+from libc.stdlib cimport malloc, realloc, free
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+
+class ProtocolError(Exception):
+    """Base class of every error raised by the KRPC codec."""
+
+
+class DecodeError(ProtocolError, ValueError):
+    """Bytes that are not a valid encoding of the message being decoded.
+
+    ``field`` names what was being decoded and ``offset`` is the byte offset (from the start
+    of the buffer handed to the decoder) where the problem was found.
+    """
+
+    def __init__(self, message, field=None, offset=None):
+        super().__init__(message)
+        self.field = field
+        self.offset = offset
+
+
+class TruncatedError(DecodeError):
+    """The buffer ends before the value being read (or a length field points past its end)."""
+
+
+class InvalidUtf8Error(DecodeError):
+    """A string field holds bytes that are not valid UTF-8."""
+
+
+class TooManyElementsError(DecodeError):
+    """An array count cannot fit in the bytes that remain, or exceeds the absolute cap."""
+
+
+class UnsupportedVersionError(ProtocolError):
+    """An api key / version pair this node does not speak."""
+
+    def __init__(self, message, api_key=None, api_version=None):
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+
+
+class FrameTooLargeError(ProtocolError):
+    """A size prefix larger than the configured maximum frame size (or negative)."""
+
+    def __init__(self, message, size=None, limit=None):
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
+class EncodeError(ProtocolError, ValueError):
+    """A message that cannot be encoded at the requested version (wrong type, out of range
+    value, a non-default value in a field the version does not have)."""
+
+    def __init__(self, message, field=None):
+        super().__init__(message)
+        self.field = field
+
+
+# Absolute cap on any array's element count, on top of the remaining-bytes bound.
+MAX_ARRAY_ELEMENTS = 1 << 26
+cdef Py_ssize_t _MAX_ARRAY = MAX_ARRAY_ELEMENTS
+
+
+cdef inline str _field(const char* f):
+    return (<bytes>f).decode() if f != NULL else "<message>"
+
+
+cdef int raise_truncated(Reader* r, Py_ssize_t need) except -1:
+    raise TruncatedError(
+        "truncated: %s needs %d byte(s) at offset %d but only %d remain"
+        % (_field(r.field), need, r.base + r.pos, r.end - r.pos),
+        _field(r.field), r.base + r.pos)
+
+
+cdef int raise_invalid(Reader* r, str what) except -1:
+    raise DecodeError("invalid %s at offset %d: %s" % (_field(r.field), r.base + r.pos, what),
+                      _field(r.field), r.base + r.pos)
+
+
+cdef object raise_bad_utf8(Reader* r, Py_ssize_t start):
+    raise InvalidUtf8Error("invalid UTF-8 in %s at offset %d" % (_field(r.field), r.base + start),
+                           _field(r.field), r.base + start)
+
+
+cdef int check_array_count(Reader* r, Py_ssize_t n, Py_ssize_t min_elem) except -1:
+    if min_elem < 1:
+        min_elem = 1
+    if n > _MAX_ARRAY or n > (r.end - r.pos) // min_elem:
+        raise TooManyElementsError(
+            "array count %d in %s at offset %d cannot fit in the %d byte(s) that remain"
+            % (n, _field(r.field), r.base + r.pos, r.end - r.pos),
+            _field(r.field), r.base + r.pos)
+    return 0
+
+
+cdef int raise_encode(Writer* w, str what) except -1:
+    raise EncodeError("cannot encode %s: %s" % (_field(w.field), what), _field(w.field))
+
+
+cdef int writer_init(Writer* w, Py_ssize_t cap) except -1:
+    w.buf = <unsigned char*>malloc(cap)
+    if w.buf == NULL:
+        raise MemoryError()
+    w.len = 0
+    w.cap = cap
+    w.field = NULL
+    return 0
+
+
+cdef int writer_grow(Writer* w, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = w.cap * 2
+    if cap < w.len + extra:
+        cap = w.len + extra + 64
+    cdef unsigned char* nb = <unsigned char*>realloc(w.buf, cap)
+    if nb == NULL:
+        raise MemoryError()
+    w.buf = nb
+    w.cap = cap
+    return 0
+
+
+cdef void writer_free(Writer* w) noexcept:
+    if w.buf != NULL:
+        free(w.buf)
+        w.buf = NULL
+
+
+cdef bytes writer_bytes(Writer* w):
+    return PyBytes_FromStringAndSize(<const char*>w.buf, w.len)
+
+
+cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) except -1:
+    cdef Py_buffer view
+    if v is None:
+        if not nullable:
+            raise_encode(w, "None is not allowed (field is not nullable at this version)")
+        if compact:
+            return write_uvarint(w, 0)
+        return write_int32(w, -1)
+    if PyBytes_CheckExact(v):
+        if compact:
+            write_uvarint(w, <uint32_t>(PyBytes_GET_SIZE(v) + 1))
+        else:
+            write_int32(w, <int32_t>PyBytes_GET_SIZE(v))
+        return write_raw(w, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))
+    if isinstance(v, str):
+        raise_encode(w, "expected bytes, got str")
+    try:
+        PyObject_GetBuffer(v, &view, PyBUF_SIMPLE)
+    except TypeError:
+        raise_encode(w, "expected bytes, got %s" % type(v).__name__)
+    try:
+        if compact:
+            write_uvarint(w, <uint32_t>(view.len + 1))
+        else:
+            write_int32(w, <int32_t>view.len)
+        write_raw(w, <const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+cdef int reader_from_object(Reader* r, object data, Py_buffer* view) except -1:
+    # Points r at data's bytes. Returns 0 for exact bytes (no buffer taken), 1 when a buffer
+    # view was taken, which the caller must PyBuffer_Release(view) when done.
+    r.pos = 0
+    r.base = 0
+    r.field = NULL
+    if PyBytes_CheckExact(data):
+        r.buf = <const unsigned char*>PyBytes_AS_STRING(data)
+        r.end = PyBytes_GET_SIZE(data)
+        return 0
+    PyObject_GetBuffer(data, view, PyBUF_SIMPLE)
+    r.buf = <const unsigned char*>view.buf
+    r.end = view.len
+    return 1
