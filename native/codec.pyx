@@ -97,7 +97,7 @@ cdef int _encode_into(Writer* w, enc_fn fn, object msg) except -1:
     # carry, and AttributeError for a foreign object; all become EncodeError naming the field.
     try:
         fn(w, msg)
-    except (TypeError, OverflowError, AttributeError, ValueError) as e:
+    except (TypeError, OverflowError, AttributeError, ValueError, BufferError) as e:
         if isinstance(e, EncodeError):
             raise
         f = (<bytes>w.field).decode() if w.field != NULL else "<message>"
@@ -150,6 +150,22 @@ cdef class MessageCodec:
 cdef class DataCodec:
     def decode(self, data):
         return _decode_body(self.dec, data)
+
+    def decode_from(self, data, Py_ssize_t offset=0):
+        """Decode starting at offset, tolerating trailing bytes (the forward-compatibility
+        rule of the embedded formats); returns (message, end offset)."""
+        cdef Reader r
+        cdef Py_buffer view
+        cdef int taken = reader_from_object(&r, data, &view)
+        try:
+            if offset < 0 or offset > r.end:
+                raise ValueError("offset %d outside the buffer" % offset)
+            r.pos = offset
+            msg = self.dec(&r)
+            return msg, r.pos
+        finally:
+            if taken:
+                PyBuffer_Release(&view)
 
     def encode(self, msg):
         _check_type(msg, self.type)

@@ -22,12 +22,15 @@ cdef class FrameSplitter:
     """Feed it bytes as they arrive; it returns the complete frame payloads (bytes, without
     the size prefix) and keeps any partial frame for the next feed.
 
-    Raises FrameTooLargeError for a size prefix above max_frame_bytes or below zero; the
-    stream cannot be resynchronised after that, so the caller closes the connection.
+    Raises FrameTooLargeError for a size prefix above max_frame_bytes or below zero, as soon
+    as the 4 size bytes arrive; the error's .frames holds the complete frames that preceded
+    the bad one in the same feed. The stream cannot be resynchronised after that: every
+    later feed raises the same error, and the caller closes the connection.
     """
     cdef bytearray _buf
     cdef readonly Py_ssize_t max_frame_bytes
     cdef readonly Py_ssize_t frames_split
+    cdef readonly object error      # the FrameTooLargeError that broke the stream, if any
 
     def __init__(self, Py_ssize_t max_frame_bytes=DEFAULT_MAX_FRAME_BYTES):
         if max_frame_bytes < 0:
@@ -48,9 +51,15 @@ cdef class FrameSplitter:
         while n - pos >= 4:
             size = _be32(p + pos)
             if size < 0 or size > self.max_frame_bytes:
-                raise FrameTooLargeError(
+                # The stream cannot be resynchronised: remember the error (every later feed
+                # raises it again) and hand over the complete frames that preceded it.
+                self.error = FrameTooLargeError(
                     "frame size %d is outside 0..%d (max_frame_bytes)"
                     % (size, self.max_frame_bytes), size, self.max_frame_bytes)
+                self.error.frames = list(out)
+                self.frames_split += len(out)
+                self._buf = bytearray()
+                raise self.error
             if n - pos - 4 < size:
                 break
             out.append(PyBytes_FromStringAndSize(<const char*>(p + pos + 4), size))
@@ -63,6 +72,8 @@ cdef class FrameSplitter:
         cdef list out = []
         cdef Py_buffer view
         cdef Py_ssize_t used
+        if self.error is not None:
+            raise self.error
         if len(self._buf) == 0:
             # Common case: nothing pending, split straight out of the received buffer and
             # copy only a trailing partial frame.

@@ -34,6 +34,9 @@ cdef extern from "Python.h":
     bint PyBytes_CheckExact(object o)
     char* PyBytes_AS_STRING(object o)
     Py_ssize_t PyBytes_GET_SIZE(object o)
+    bint PyLong_Check(object o)
+    bint PyIndex_Check(object o)
+    object PyNumber_Index(object o)
 
 
 cdef struct Reader:
@@ -265,8 +268,24 @@ cdef inline int write_int8(Writer* w, int8_t v) except -1:
     w.len += 1
     return 0
 
+cdef inline object as_int(Writer* w, object v):
+    # Integer fields take int (bool included: it is an int) or anything with __index__
+    # (numpy integers). Floats, Decimals and strings are refused rather than truncated.
+    if PyLong_Check(v):
+        return v
+    if PyIndex_Check(v):
+        return PyNumber_Index(v)
+    raise_encode(w, "expected int, got %s" % type(v).__name__)
+
 cdef inline int write_bool(Writer* w, object v) except -1:
-    return write_int8(w, 1 if v else 0)
+    if v is True:
+        return write_int8(w, 1)
+    if v is False:
+        return write_int8(w, 0)
+    if PyLong_Check(v) and (v == 0 or v == 1):
+        return write_int8(w, 1 if v else 0)
+    raise_encode(w, "expected bool, got %r" % (v,))
+    return -1
 
 cdef inline int write_uint16(Writer* w, uint16_t v) except -1:
     ensure(w, 2)
@@ -360,7 +379,10 @@ cdef inline int write_string(Writer* w, object v, bint compact, bint nullable) e
         return write_int16(w, -1)
     if not PyUnicode_CheckExact(v) and not isinstance(v, str):
         raise_encode(w, "expected str, got %s" % type(v).__name__)
-    p = PyUnicode_AsUTF8AndSize(v, &n)
+    try:
+        p = PyUnicode_AsUTF8AndSize(v, &n)
+    except UnicodeEncodeError:
+        raise_encode(w, "string cannot be encoded as UTF-8 (lone surrogate)")
     if compact:
         write_uvarint(w, <uint32_t>(n + 1))
     else:

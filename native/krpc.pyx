@@ -153,8 +153,8 @@ cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) excep
         raise_encode(w, "expected bytes, got str")
     try:
         PyObject_GetBuffer(v, &view, PyBUF_SIMPLE)
-    except TypeError:
-        raise_encode(w, "expected bytes, got %s" % type(v).__name__)
+    except (TypeError, BufferError):
+        raise_encode(w, "expected bytes (a contiguous buffer), got %s" % type(v).__name__)
     try:
         if compact:
             write_uvarint(w, <uint32_t>(view.len + 1))

@@ -257,8 +257,10 @@ class ModuleGen:
         return "%s == %r" % (val, d)
 
     def _write_scalar(self, t: str, val: str, flex: bool, nullable: bool, W: str) -> str:
-        if t in _CTYPE:
+        if t in ("bool", "float64"):
             return "write_%s(%s, %s)" % (t, W, val)
+        if t in _CTYPE:
+            return "write_%s(%s, as_int(%s, %s))" % (t, W, W, val)
         if t == "uuid":
             return "write_uuid(%s, %s)" % (W, val)
         if t == "string":
