@@ -253,33 +253,26 @@ def encode_request_frame(msg, int version, int32_t correlation_id, client_id="gr
         raise EncodeError("%s is not a request message" % type(msg).__name__)
     cdef MessageCodec c = get_codec(key, version)
     _check_type(msg, c.request_type)
+    return _frame(c, msg, correlation_id, True, client_id)
+
+
+cdef bytes _frame(MessageCodec c, object msg, int32_t correlation_id, bint request,
+                  object client_id):
+    # size placeholder | header | body, then the size is backfilled.
     cdef Writer w
     writer_init(&w, 256)
     try:
         write_int32(&w, 0)
-        write_int16(&w, c.api_key)
-        write_int16(&w, c.version)
+        if request:
+            write_int16(&w, c.api_key)
+            write_int16(&w, c.version)
         write_int32(&w, correlation_id)
-        w.field = b"RequestHeader.client_id"
-        write_string(&w, client_id, 0, 1)
-        if c.flexible:
+        if request:
+            w.field = b"RequestHeader.client_id"
+            write_string(&w, client_id, 0, 1)
+        if c.flexible and (request or c.api_key != API_VERSIONS):
             write_uvarint(&w, 0)
-        _encode_into(&w, c.enc_req, msg)
-        put_int32_at(&w, 0, <int32_t>(w.len - 4))
-        return writer_bytes(&w)
-    finally:
-        writer_free(&w)
-
-
-cdef bytes _response_frame(MessageCodec c, object msg, int32_t correlation_id):
-    cdef Writer w
-    writer_init(&w, 256)
-    try:
-        write_int32(&w, 0)
-        write_int32(&w, correlation_id)
-        if c.flexible and c.api_key != API_VERSIONS:
-            write_uvarint(&w, 0)
-        _encode_into(&w, c.enc_resp, msg)
+        _encode_into(&w, c.enc_req if request else c.enc_resp, msg)
         put_int32_at(&w, 0, <int32_t>(w.len - 4))
         return writer_bytes(&w)
     finally:
@@ -294,7 +287,7 @@ def encode_response_frame(msg, int version, int32_t correlation_id):
         raise EncodeError("%s is not a response message" % type(msg).__name__)
     cdef MessageCodec c = get_codec(key, version)
     _check_type(msg, c.response_type)
-    return _response_frame(c, msg, correlation_id)
+    return _frame(c, msg, correlation_id, False, None)
 
 
 def decode_response_frame(data, int api_key, int version):

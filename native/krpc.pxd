@@ -28,8 +28,15 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 
+from cpython.ref cimport PyObject
+
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+    object PyList_New(Py_ssize_t n)
+    void PyList_SET_ITEM(object lst, Py_ssize_t i, object o)   # steals a reference
+    void Py_INCREF(object o)
+    void PyObject_GC_UnTrack(void* o)
     bint PyUnicode_CheckExact(object o)
     bint PyBytes_CheckExact(object o)
     char* PyBytes_AS_STRING(object o)
@@ -37,6 +44,11 @@ cdef extern from "Python.h":
     bint PyLong_Check(object o)
     bint PyIndex_Check(object o)
     object PyNumber_Index(object o)
+
+
+# Absolute cap on any array's element count, on top of the remaining-bytes bound.
+cdef enum:
+    MAX_ARRAY = 1 << 26
 
 
 cdef struct Reader:
@@ -65,10 +77,34 @@ cdef void writer_free(Writer* w) noexcept
 cdef bytes writer_bytes(Writer* w)
 cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) except -1
 cdef int reader_from_object(Reader* r, object data, Py_buffer* view) except -1  # 1 = view taken
-cdef int check_array_count(Reader* r, Py_ssize_t n, Py_ssize_t min_elem) except -1
+cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1
+cdef Py_ssize_t slot_offset(object cls, str name) except -1
 
 
 # ---------------------------------------------------------------- reading
+
+cdef inline int check_array_count(Reader* r, Py_ssize_t n, Py_ssize_t min_elem) except -1:
+    if min_elem < 1:
+        min_elem = 1
+    if n > MAX_ARRAY or n > (r.end - r.pos) // min_elem:
+        raise_too_many(r, n)
+    return 0
+
+cdef inline object new_list(Py_ssize_t n):
+    # A list of n NULL slots, to be filled with set_item. Decoded messages are trees, so their
+    # lists are taken out of the cyclic GC (see set_item / finish_list).
+    return PyList_New(n)
+
+cdef inline void set_item(object lst, Py_ssize_t i, object o) noexcept:
+    Py_INCREF(o)
+    PyList_SET_ITEM(lst, i, o)
+
+cdef inline object finish_list(object lst):
+    # Invariant: a decoded list holds only values the decoder made (ints, str, bytes, or
+    # Structs, which are gc=False), so it cannot be part of a reference cycle unless the user
+    # builds one; untracking it keeps large decodes from driving GC collections.
+    PyObject_GC_UnTrack(<void*>lst)
+    return lst
 
 cdef inline int need(Reader* r, Py_ssize_t n) except -1:
     if r.end - r.pos < n:
@@ -183,41 +219,41 @@ cdef inline object _utf8(Reader* r, Py_ssize_t n):
     r.pos += n
     return s
 
-cdef inline object read_string(Reader* r, bint nullable):
-    cdef int16_t n = read_int16(r)
+cdef inline Py_ssize_t _length(Reader* r, int32_t n, bint nullable) except -2:
+    # A classic (int16/int32) string/bytes length: -1 = null where nullable, else >= 0.
     if n < 0:
         if n == -1 and nullable:
-            return None
-        raise_invalid(r, "string length %d" % n)
-    return _utf8(r, n)
+            return -1
+        raise_invalid(r, "length %d" % n)
+    return n
+
+cdef inline Py_ssize_t _compact_length(Reader* r, bint nullable) except -2:
+    # A compact length, uvarint(length + 1): 0 = null where nullable. Checked against the bytes
+    # that remain here, before the caller touches them.
+    cdef uint32_t n = read_uvarint(r)
+    if n == 0:
+        if nullable:
+            return -1
+        raise_invalid(r, "null in a non-nullable field")
+    if n - 1 > <uint32_t>(r.end - r.pos):
+        raise_truncated(r, n - 1)
+    return <Py_ssize_t>(n - 1)
+
+cdef inline object read_string(Reader* r, bint nullable):
+    cdef Py_ssize_t n = _length(r, read_int16(r), nullable)
+    return None if n < 0 else _utf8(r, n)
 
 cdef inline object read_compact_string(Reader* r, bint nullable):
-    cdef uint32_t n = read_uvarint(r)
-    if n == 0:
-        if nullable:
-            return None
-        raise_invalid(r, "null compact string in a non-nullable field")
-    if n - 1 > <uint32_t>(r.end - r.pos):
-        raise_truncated(r, n - 1)
-    return _utf8(r, n - 1)
+    cdef Py_ssize_t n = _compact_length(r, nullable)
+    return None if n < 0 else _utf8(r, n)
 
 cdef inline object read_bytes(Reader* r, bint nullable):
-    cdef int32_t n = read_int32(r)
-    if n < 0:
-        if n == -1 and nullable:
-            return None
-        raise_invalid(r, "bytes length %d" % n)
-    return read_raw(r, n)
+    cdef Py_ssize_t n = _length(r, read_int32(r), nullable)
+    return None if n < 0 else read_raw(r, n)
 
 cdef inline object read_compact_bytes(Reader* r, bint nullable):
-    cdef uint32_t n = read_uvarint(r)
-    if n == 0:
-        if nullable:
-            return None
-        raise_invalid(r, "null compact bytes in a non-nullable field")
-    if n - 1 > <uint32_t>(r.end - r.pos):
-        raise_truncated(r, n - 1)
-    return read_raw(r, n - 1)
+    cdef Py_ssize_t n = _compact_length(r, nullable)
+    return None if n < 0 else read_raw(r, n)
 
 cdef inline Py_ssize_t read_array_len(Reader* r, bint nullable, Py_ssize_t min_elem) except -2:
     # Returns the element count, or -1 for a null array. The count is bounded by the bytes
@@ -256,6 +292,19 @@ cdef inline int skip_tagged_fields(Reader* r) except -1:
 
 
 # ---------------------------------------------------------------- writing
+
+cdef inline object get_slot(Writer* w, object m, Py_ssize_t off):
+    # Fast path invariant: msgspec Struct fields are member slots at fixed offsets; the
+    # encoder checked type(m) against the class the offsets were read from (slot_offset).
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>m) + off))[0]
+    if p == NULL:
+        raise_encode(w, "field is unset")
+    return <object>p
+
+cdef inline int check_struct(Writer* w, object m, object cls) except -1:
+    if type(m) is not cls and not isinstance(m, cls):
+        raise_encode(w, "expected %s, got %s" % (cls.__name__, type(m).__name__))
+    return 0
 
 cdef inline int ensure(Writer* w, Py_ssize_t n) except -1:
     if w.cap - w.len < n:

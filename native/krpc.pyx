@@ -62,9 +62,31 @@ class EncodeError(ProtocolError, ValueError):
         self.field = field
 
 
-# Absolute cap on any array's element count, on top of the remaining-bytes bound.
-MAX_ARRAY_ELEMENTS = 1 << 26
-cdef Py_ssize_t _MAX_ARRAY = MAX_ARRAY_ELEMENTS
+MAX_ARRAY_ELEMENTS = MAX_ARRAY
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef int _T_OBJECT = 6, _T_OBJECT_EX = 16
+cdef object _member_descriptor = type(type.__dict__["__dictoffset__"])
+
+
+cdef Py_ssize_t slot_offset(object cls, str name) except -1:
+    """Byte offset of field `name` in instances of msgspec Struct `cls` (a member slot)."""
+    d = cls.__dict__.get(name)
+    if type(d) is not _member_descriptor:
+        raise TypeError("%s.%s is not a member slot; the codec needs msgspec Structs"
+                        % (cls.__name__, name))
+    cdef PyMemberDef* md = (<PyMemberDescrObject*><PyObject*>d).d_member
+    if md.type != _T_OBJECT_EX and md.type != _T_OBJECT:
+        raise TypeError("%s.%s is not an object slot" % (cls.__name__, name))
+    return md.offset
 
 
 cdef inline str _field(const char* f):
@@ -88,15 +110,12 @@ cdef object raise_bad_utf8(Reader* r, Py_ssize_t start):
                            _field(r.field), r.base + start)
 
 
-cdef int check_array_count(Reader* r, Py_ssize_t n, Py_ssize_t min_elem) except -1:
-    if min_elem < 1:
-        min_elem = 1
-    if n > _MAX_ARRAY or n > (r.end - r.pos) // min_elem:
-        raise TooManyElementsError(
-            "array count %d in %s at offset %d cannot fit in the %d byte(s) that remain"
-            % (n, _field(r.field), r.base + r.pos, r.end - r.pos),
+cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1:
+    raise TooManyElementsError(
+            "array count %d in %s at offset %d: more than fit in the %d byte(s) that remain "
+            "(or above the cap of %d)" % (n, _field(r.field), r.base + r.pos, r.end - r.pos,
+                                          MAX_ARRAY),
             _field(r.field), r.base + r.pos)
-    return 0
 
 
 cdef int raise_encode(Writer* w, str what) except -1:

@@ -53,13 +53,10 @@ def _py_annotation(f: Field) -> str:
     return t
 
 
-def _is_leaf(fields) -> bool:
-    return all(not f.is_array and not f.is_struct for f in fields)
-
-
 def _emit_class(out: list, name: str, fields, extra: list) -> None:
-    gc = ", gc=False" if _is_leaf(fields) else ""
-    out.append("class %s(msgspec.Struct%s):" % (name, gc))
+    # gc=False everywhere: messages are trees (decoded ones can hold no cycle), and keeping
+    # them out of the cyclic GC is what makes large decodes cheap (docs/decisions.md).
+    out.append("class %s(msgspec.Struct, gc=False):" % name)
     for line in extra:
         out.append("    " + line)
     for f in fields:
@@ -117,6 +114,16 @@ class ModuleGen:
         self.funcs: list = []           # emitted function texts
         self.done: dict = {}            # (kind, class, version) -> function name
         self.counter: dict = {}
+        self.offsets: list = []         # (class, field) slot offsets read at import
+
+    def _off(self, cls: str, field: str) -> str:
+        if (cls, field) not in self.offsets:
+            self.offsets.append((cls, field))
+        self._cls(cls)
+        return "OFF_%s_%s" % (cls, field)
+
+    def _get(self, cls: str, f: Field) -> str:
+        return "get_slot(w, m, %s)" % self._off(cls, f.py_name)
 
     def _cls(self, name: str) -> str:
         if name not in self.classes:
@@ -177,10 +184,10 @@ class ModuleGen:
             out.append("%sif n < 0:" % ind)
             out.append("%s    %s = None" % (ind, var))
             out.append("%selse:" % ind)
-            out.append("%s    lst = []" % ind)
+            out.append("%s    lst = new_list(n)" % ind)
             out.append("%s    for i in range(n):" % ind)
-            out.append("%s        lst.append(%s)" % (ind, elem))
-            out.append("%s    %s = lst" % (ind, var))
+            out.append("%s        set_item(lst, i, %s)" % (ind, elem))
+            out.append("%s    %s = finish_list(lst)" % (ind, var))
         elif f.is_struct:
             call = self.decoder(f.struct.py_class, f.struct.fields, v, flex) + "(%s)" % R
             if nullable:
@@ -235,7 +242,7 @@ class ModuleGen:
                 body.append("    skip_tagged_fields(r)")
         body.append("    return %s(%s)" % (self._cls(cls), ", ".join(args)))
         locals_ = ["    cdef Py_ssize_t n, i, size", "    cdef uint32_t ntag, t, tag",
-                   "    cdef Reader sub", "    cdef list lst"]
+                   "    cdef Reader sub", "    cdef object lst"]
         name = self._emit("d", cls, "cdef object {name}(Reader* r):", locals_ + decls + body)
         self.done[key] = name
         return name
@@ -298,13 +305,15 @@ class ModuleGen:
         key = ("e", cls, v)
         if key in self.done:
             return self.done[key]
-        body = []
+        # w.field still names the caller's field here, so a wrong element type is reported
+        # against the array (or struct field) that holds it.
+        body = ["    check_struct(w, m, %s)" % self._cls(cls)]
         tagged = sorted([f for f in fields if f.present(v) and f.tagged(v)], key=lambda x: x.tag)
         for f in fields:
             fname = _cstr("%s.%s" % (cls, f.py_name))
             if not f.present(v):
                 if not f.ignorable:
-                    body.append("    if not (%s):" % self._is_default(f, "m." + f.py_name))
+                    body.append("    if not (%s):" % self._is_default(f, self._get(cls, f)))
                     body.append("        w.field = %s" % fname)
                     body.append('        raise_encode(w, "this version does not have the field '
                                 '(only its default value can be encoded)")')
@@ -313,17 +322,17 @@ class ModuleGen:
                 continue
             body.append("    w.field = %s" % fname)
             if f.is_array or (f.is_struct and f.nullable(v)):
-                body.append("    v_%s = m.%s" % (f.py_name, f.py_name))
+                body.append("    v_%s = %s" % (f.py_name, self._get(cls, f)))
                 self._encode_field(body, f, "v_" + f.py_name, v, flex, "    ")
             else:
-                self._encode_field(body, f, "m." + f.py_name, v, flex, "    ")
+                self._encode_field(body, f, self._get(cls, f), v, flex, "    ")
         if flex:
             if not tagged:
                 body.append("    write_uvarint(w, 0)")
             else:
                 body.append("    ntag = 0")
                 for f in tagged:
-                    body.append("    t_%s = m.%s" % (f.py_name, f.py_name))
+                    body.append("    t_%s = %s" % (f.py_name, self._get(cls, f)))
                     body.append("    if not (%s):" % self._is_default(f, "t_" + f.py_name))
                     body.append("        ntag += 1")
                 body.append("    write_uvarint(w, ntag)")
@@ -360,6 +369,8 @@ class ModuleGen:
                "cdef bytes ZERO_UUID = _m.ZERO_UUID"]
         for c in self.classes:
             out.append("cdef object C_%s = _m.%s" % (c, c))
+        for c, f in self.offsets:
+            out.append("cdef Py_ssize_t OFF_%s_%s = slot_offset(C_%s, %r)" % (c, f, c, f))
         out.append("")
         out.extend(self.funcs)
         out.append("")
