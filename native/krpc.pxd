@@ -78,6 +78,8 @@ cdef bytes writer_bytes(Writer* w)
 cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) except -1
 cdef int reader_from_object(Reader* r, object data, Py_buffer* view) except -1  # 1 = view taken
 cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1
+cdef object cached_str(Reader* r, Py_ssize_t n)
+cdef object cached_uuid(const unsigned char* p)
 cdef Py_ssize_t slot_offset(object cls, str name) except -1
 
 
@@ -205,11 +207,16 @@ cdef inline bytes read_raw(Reader* r, Py_ssize_t n):
     r.pos += n
     return out
 
-cdef inline bytes read_uuid(Reader* r):
-    return read_raw(r, 16)
+cdef inline object read_uuid(Reader* r):
+    need(r, 16)
+    cdef object u = cached_uuid(r.buf + r.pos)
+    r.pos += 16
+    return u
 
 cdef inline object _utf8(Reader* r, Py_ssize_t n):
     need(r, n)
+    if n <= 64:
+        return cached_str(r, n)     # group/member/topic names repeat request after request
     cdef Py_ssize_t start = r.pos
     cdef object s
     try:

@@ -4,6 +4,10 @@
 from libc.stdlib cimport malloc, realloc, free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.ref cimport PyObject, Py_XDECREF, Py_INCREF
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memcpy
+from libc.stdint cimport uint32_t, uint64_t
 
 
 class ProtocolError(Exception):
@@ -108,6 +112,65 @@ cdef int raise_invalid(Reader* r, str what) except -1:
 cdef object raise_bad_utf8(Reader* r, Py_ssize_t start):
     raise InvalidUtf8Error("invalid UTF-8 in %s at offset %d" % (_field(r.field), r.base + start),
                            _field(r.field), r.base + start)
+
+
+# Direct-mapped caches of recently decoded short strings and UUIDs. Decoding the same group
+# id, member id or topic id again returns the cached (immutable) object instead of a new one.
+# Entries are owned references; a collision simply replaces the entry.
+cdef enum:
+    CACHE_SLOTS = 2048
+cdef PyObject* _str_cache[2048]
+cdef PyObject* _uuid_cache[2048]
+
+
+cdef inline uint32_t _slot_hash(const unsigned char* p, Py_ssize_t n) noexcept:
+    # O(1) in the length: mixes the length with the first and last 8 bytes (a slot is only a
+    # hint; memcmp decides). Strings shorter than 8 bytes are hashed byte by byte.
+    cdef uint64_t a, b, h
+    cdef Py_ssize_t i
+    if n >= 8:
+        memcpy(&a, p, 8)
+        memcpy(&b, p + n - 8, 8)
+        h = (a * 0x9E3779B97F4A7C15u) ^ (b * 0xC2B2AE3D27D4EB4Fu) ^ <uint64_t>n
+        return <uint32_t>(h ^ (h >> 29) ^ (h >> 41))
+    h = <uint64_t>n
+    for i in range(n):
+        h = (h ^ p[i]) * 0x100000001B3u
+    return <uint32_t>(h ^ (h >> 32))
+
+
+cdef inline object _store(PyObject** slot, object value):
+    Py_XDECREF(slot[0])
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    return value
+
+
+cdef object cached_str(Reader* r, Py_ssize_t n):
+    # Caller checked that n bytes remain. Only exact str objects are ever stored, and their
+    # UTF-8 form is cached by CPython after the first PyUnicode_AsUTF8AndSize.
+    cdef const unsigned char* p = r.buf + r.pos
+    cdef PyObject** slot = &_str_cache[_slot_hash(p, n) & (CACHE_SLOTS - 1)]
+    cdef Py_ssize_t clen
+    cdef const char* cp
+    if slot[0] != NULL:
+        cp = PyUnicode_AsUTF8AndSize(<object>slot[0], &clen)
+        if clen == n and memcmp(cp, p, n) == 0:
+            r.pos += n
+            return <object>slot[0]
+    try:
+        s = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+    except UnicodeDecodeError:
+        return raise_bad_utf8(r, r.pos)
+    r.pos += n
+    return _store(slot, s)
+
+
+cdef object cached_uuid(const unsigned char* p):
+    cdef PyObject** slot = &_uuid_cache[_slot_hash(p, 16) & (CACHE_SLOTS - 1)]
+    if slot[0] != NULL and memcmp(PyBytes_AS_STRING(<object>slot[0]), p, 16) == 0:
+        return <object>slot[0]
+    return _store(slot, PyBytes_FromStringAndSize(<const char*>p, 16))
 
 
 cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1:
