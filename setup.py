@@ -6,6 +6,7 @@
    groupcoord._native (so `cimport groupcoord._native.krpc` resolves), and cythonizes them.
 
 GROUPCOORD_DEBUG_BUILD=1 turns on bounds checks, line tracing and -O0 -g.
+GROUPCOORD_ONLY=mod1,mod2 (development) compiles only those modules of groupcoord._native.
 """
 import os
 import shutil
@@ -50,6 +51,9 @@ def extensions():
     from Cython.Build import cythonize
 
     modules = stage_sources()
+    only = os.environ.get("GROUPCOORD_ONLY")   # dev: "krpc,assign_core" builds just those
+    if only:
+        modules = [m for m in modules if m in only.split(",")]
     macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
     args = ["-O0", "-g"] if DEBUG else ["-O2"]
     if DEBUG:

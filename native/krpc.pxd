@@ -29,6 +29,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 
 from cpython.ref cimport PyObject
+from cpython.object cimport PyTypeObject
+from libc.string cimport memset
 
 
 cdef extern from "Python.h":
@@ -37,6 +39,8 @@ cdef extern from "Python.h":
     void PyList_SET_ITEM(object lst, Py_ssize_t i, object o)   # steals a reference
     void Py_INCREF(object o)
     void PyObject_GC_UnTrack(void* o)
+    void* PyObject_Malloc(size_t n)
+    object PyObject_Init(PyObject* op, PyTypeObject* tp)   # returns op, refcount 1
     bint PyUnicode_CheckExact(object o)
     bint PyBytes_CheckExact(object o)
     char* PyBytes_AS_STRING(object o)
@@ -81,6 +85,7 @@ cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1
 cdef object cached_str(Reader* r, Py_ssize_t n)
 cdef object cached_uuid(const unsigned char* p)
 cdef Py_ssize_t slot_offset(object cls, str name) except -1
+cdef Py_ssize_t fast_alloc_size(object cls) except -2
 
 
 # ---------------------------------------------------------------- reading
@@ -100,6 +105,21 @@ cdef inline object new_list(Py_ssize_t n):
 cdef inline void set_item(object lst, Py_ssize_t i, object o) noexcept:
     Py_INCREF(o)
     PyList_SET_ITEM(lst, i, o)
+
+cdef inline object new_struct(object cls, Py_ssize_t size):
+    # Fast path invariant (checked once per class by fast_alloc_size): a gc=False msgspec
+    # Struct is a plain non-GC object of tp_basicsize bytes whose slots are all object
+    # pointers, allocated with PyObject_Malloc and freed by its own tp_dealloc; zeroed slots
+    # are "unset" and every one is then filled with set_field.
+    cdef PyObject* o = <PyObject*>PyObject_Malloc(size)
+    if o == NULL:
+        raise MemoryError()
+    memset(o, 0, size)
+    return PyObject_Init(o, <PyTypeObject*>cls)
+
+cdef inline void set_field(object obj, Py_ssize_t off, object v) noexcept:
+    Py_INCREF(v)
+    (<PyObject**>((<char*><PyObject*>obj) + off))[0] = <PyObject*>v
 
 cdef inline object finish_list(object lst):
     # Invariant: a decoded list holds only values the decoder made (ints, str, bytes, or

@@ -173,6 +173,31 @@ cdef object cached_uuid(const unsigned char* p):
     return _store(slot, PyBytes_FromStringAndSize(<const char*>p, 16))
 
 
+cdef Py_ssize_t fast_alloc_size(object cls) except -2:
+    """tp_basicsize of cls when decoders may build its instances directly (new_struct +
+    set_field), else -1 (decoders then call the class). Checked by building one instance
+    both ways and comparing them."""
+    cdef Py_ssize_t size = cls.__basicsize__, off
+    if (cls.__flags__ & (1 << 14)) or cls.__itemsize__ != 0 or cls.__dictoffset__ != 0:
+        return -1                      # GC-tracked, variable-size, or with a __dict__
+    fields = getattr(cls, "__struct_fields__", None)
+    if fields is None:
+        return -1
+    try:
+        ref = cls()
+        obj = new_struct(cls, size)
+        for name in fields:
+            off = slot_offset(cls, name)
+            if off < 16 or off + 8 > size:
+                return -1
+            set_field(obj, off, getattr(ref, name))
+        if not (obj == ref and repr(obj) == repr(ref)):
+            return -1
+    except Exception:
+        return -1
+    return size
+
+
 cdef int raise_too_many(Reader* r, Py_ssize_t n) except -1:
     raise TooManyElementsError(
             "array count %d in %s at offset %d: more than fit in the %d byte(s) that remain "

@@ -115,6 +115,7 @@ class ModuleGen:
         self.done: dict = {}            # (kind, class, version) -> function name
         self.counter: dict = {}
         self.offsets: list = []         # (class, field) slot offsets read at import
+        self.sizes: list = []           # classes decoders allocate directly (SZ_ constants)
 
     def _off(self, cls: str, field: str) -> str:
         if (cls, field) not in self.offsets:
@@ -240,9 +241,16 @@ class ModuleGen:
                 body.append("        r.pos += size")
             else:
                 body.append("    skip_tagged_fields(r)")
+        fast = ["    if SZ_%s > 0:" % cls, "        obj = new_struct(%s, SZ_%s)" % (self._cls(cls), cls)]
+        for f in fields:
+            fast.append("        set_field(obj, %s, f_%s)" % (self._off(cls, f.py_name), f.py_name))
+        fast.append("        return obj")
+        if cls not in self.sizes:
+            self.sizes.append(cls)
+        body.extend(fast)
         body.append("    return %s(%s)" % (self._cls(cls), ", ".join(args)))
         locals_ = ["    cdef Py_ssize_t n, i, size", "    cdef uint32_t ntag, t, tag",
-                   "    cdef Reader sub", "    cdef object lst"]
+                   "    cdef Reader sub", "    cdef object lst, obj"]
         name = self._emit("d", cls, "cdef object {name}(Reader* r):", locals_ + decls + body)
         self.done[key] = name
         return name
@@ -371,6 +379,8 @@ class ModuleGen:
             out.append("cdef object C_%s = _m.%s" % (c, c))
         for c, f in self.offsets:
             out.append("cdef Py_ssize_t OFF_%s_%s = slot_offset(C_%s, %r)" % (c, f, c, f))
+        for c in self.sizes:
+            out.append("cdef Py_ssize_t SZ_%s = fast_alloc_size(C_%s)" % (c, c))
         out.append("")
         out.extend(self.funcs)
         out.append("")
