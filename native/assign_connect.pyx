@@ -1,0 +1,395 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+# Kafka Connect's two assignors over owner arrays (docs/assign.md, "connect" units).
+#
+# Units: connector c owns base[c] .. base[c+1]-1; base[c] is the connector instance, base[c]+1+t
+# is task t. Every loop below walks connectors in index order and their blocks in unit order,
+# so "ascending unit index" is the only order we ever produce or consume (pools, held lists).
+#
+# The Python API (validation, state, time) is groupcoord.assign.connect; these kernels trust
+# their inputs' shapes (the API checks them) but re-check owner values, which are cheap to scan.
+cimport cython
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memset
+import numpy as np
+
+ctypedef int32_t i32
+ctypedef int64_t i64
+ctypedef uint8_t u8
+
+
+@cython.cdivision(True)
+def eager_kernel(const i64[::1] base, i32 n_workers, i32[::1] owner):
+    """Connect's eager assignor: one circular iterator over the workers, first every connector
+    (index order), then every task (connector order, task order). owner must be n_units long."""
+    cdef Py_ssize_t n_conn = base.shape[0] - 1, c
+    cdef i64 u, k, start
+    cdef i32 w
+    if n_workers <= 0:
+        owner[:] = -1
+        return
+    with nogil:
+        for c in range(n_conn):
+            owner[base[c]] = <i32>(c % n_workers)
+        # The iterator continues after the last connector: task number k (global, in unit
+        # order, connectors skipped) goes to (n_conn + k) % n_workers. Walk it incrementally
+        # instead of dividing per unit.
+        w = <i32>(n_conn % n_workers)
+        for c in range(n_conn):
+            start = base[c] + 1
+            for u in range(start, base[c + 1]):
+                owner[u] = w
+                w += 1
+                if w == n_workers:
+                    w = 0
+
+
+def remap_kernel(const i32[::1] prev_owner, const i32[::1] prev_to_new, i32[::1] out,
+                 u8[::1] joined):
+    """out[u] = prev_to_new[prev_owner[u]] (-2 where that is < 0: the owner departed), -1 where
+    prev_owner is -1. joined[w] is set to 1 for every new index not reached by prev_to_new
+    (callers pass it all ones). Returns the number of units whose owner departed, or -1 - u
+    for the first unit with an owner outside the previous members."""
+    cdef Py_ssize_t n = prev_owner.shape[0], n_prev = prev_to_new.shape[0]
+    cdef Py_ssize_t n_new = joined.shape[0], u, p
+    cdef i64 departed = 0, bad = -1
+    cdef i32 v, m
+    with nogil:
+        for p in range(n_prev):
+            m = prev_to_new[p]
+            if 0 <= m < n_new:
+                joined[m] = 0
+        for u in range(n):
+            v = prev_owner[u]
+            if v < 0:
+                out[u] = -1
+            elif v >= n_prev:
+                bad = u
+                break
+            else:
+                m = prev_to_new[v]
+                if m < 0:
+                    out[u] = -2
+                    departed += 1
+                else:
+                    out[u] = m
+    if bad >= 0:
+        return -1 - bad
+    return departed
+
+
+# ----------------------------------------------------------------------- water filling
+cdef void _radix_by_count(i32* ws, Py_ssize_t n, const i32* cnt, i32* tmp,
+                          Py_ssize_t* hist) noexcept nogil:
+    # Stable LSD radix sort (2 x 16 bits) of worker ids ws[0:n] by cnt[w] (>= 0); ws is in
+    # index order on entry, so equal counts stay in index order. hist: 65536 slots.
+    cdef Py_ssize_t i, s, total
+    cdef uint32_t key
+    cdef int shift, sh
+    for sh in range(2):
+        shift = 16 * sh
+        memset(hist, 0, 65536 * sizeof(Py_ssize_t))
+        for i in range(n):
+            key = (<uint32_t>cnt[ws[i]] >> shift) & 0xFFFF
+            hist[key] += 1
+        if hist[0] == n:
+            continue      # every key is 0 in this digit: already sorted by it
+        total = 0
+        for i in range(65536):
+            s = hist[i]
+            hist[i] = total
+            total += s
+        for i in range(n):
+            key = (<uint32_t>cnt[ws[i]] >> shift) & 0xFFFF
+            tmp[hist[key]] = ws[i]
+            hist[key] += 1
+        for i in range(n):
+            ws[i] = tmp[i]
+
+
+@cython.cdivision(True)
+cdef Py_ssize_t _water_fill(const i32* pool, Py_ssize_t n_pool, i32* cnt, const u8* elig,
+                            i32 n_workers, i64 q, i64* extras, i32* owner,
+                            i32* ws, i32* act, i32* act2, i32* tmp,
+                            Py_ssize_t* hist) noexcept nogil:
+    # Hands pool[0:n_pool] (ascending units) one by one to the least loaded eligible worker
+    # (ties: lowest index), never above q, or q+1 while *extras > 0 (each q -> q+1 step uses
+    # one extra). Equivalent to repeatedly taking the min (cnt, index) from a heap; done here in
+    # rounds: at load level L every worker with cnt <= L receives one unit in index order.
+    # Returns how many pool units were placed (a prefix of the pool).
+    cdef Py_ssize_t n = 0, i = 0, j, a, b, k, n_act = 0, n_new, pos = 0, rounds, span
+    cdef i64 level, nxt
+    cdef i32 w
+    cdef i32* swap
+    if n_pool == 0 or n_workers == 0:
+        return 0
+    for w in range(n_workers):
+        if (elig == NULL or elig[w]) and (cnt[w] < q or (cnt[w] == q and extras[0] > 0)):
+            ws[n] = w
+            n += 1
+    if n == 0:
+        return 0
+    _radix_by_count(ws, n, cnt, tmp, hist)
+    level = cnt[ws[0]]
+    while pos < n_pool:
+        # Newcomers at this level (ws[i:j], index order) merge into the active list.
+        j = i
+        while j < n and cnt[ws[j]] == level:
+            j += 1
+        n_new = j - i
+        if n_new:
+            a = 0
+            b = i
+            k = 0
+            while a < n_act and b < j:
+                if act[a] < ws[b]:
+                    act2[k] = act[a]
+                    a += 1
+                else:
+                    act2[k] = ws[b]
+                    b += 1
+                k += 1
+            while a < n_act:
+                act2[k] = act[a]
+                a += 1
+                k += 1
+            while b < j:
+                act2[k] = ws[b]
+                b += 1
+                k += 1
+            swap = act
+            act = act2
+            act2 = swap
+            n_act = k
+            i = j
+        if level < q:
+            # No newcomer before level nxt: run up to (nxt - level) full rounds at once.
+            nxt = cnt[ws[i]] if i < n else q
+            if nxt > q:
+                nxt = q
+            span = <Py_ssize_t>(nxt - level)
+            rounds = (n_pool - pos) // n_act
+            if rounds > span:
+                rounds = span
+            for k in range(rounds):
+                for a in range(n_act):
+                    owner[pool[pos]] = act[a]
+                    pos += 1
+            for a in range(n_act):
+                cnt[act[a]] += <i32>rounds
+            level += rounds
+            if rounds < span:
+                # The pool ends inside this level: a partial round in index order.
+                for a in range(n_act):
+                    if pos == n_pool:
+                        break
+                    owner[pool[pos]] = act[a]
+                    cnt[act[a]] += 1
+                    pos += 1
+                break
+        else:
+            # level == q: only the floating extras remain (q -> q+1, lowest index first).
+            for a in range(n_act):
+                if pos == n_pool or extras[0] == 0:
+                    break
+                owner[pool[pos]] = act[a]
+                cnt[act[a]] += 1
+                extras[0] -= 1
+                pos += 1
+            break
+    return pos
+
+
+@cython.cdivision(True)
+def ica_kernel(const i64[::1] base, const i32[::1] current, i32 n_workers,
+               const u8[::1] lost_in, const u8[::1] cand, bint hold, i32[::1] owner):
+    """Incremental cooperative target (see groupcoord.assign.connect.incremental_cooperative).
+
+    current: -2 lost (owner departed), -1 unassigned (lost if lost_in[u], else new), >= 0 owner.
+    lost_in: per-unit mask of units held lost by the previous state (or empty: none).
+    cand: per-worker mask of candidates for lost work, or empty: the workers that own nothing
+    in current (Connect's rule).
+    hold: keep lost units unassigned (except what candidates take); else they are new work.
+    Writes owner; returns (held units int32 ascending, moved, n_lost) where moved counts kept
+    owners revoked for balance. Raises ValueError on an owner outside -2..n_workers-1.
+    """
+    cdef Py_ssize_t n_units = current.shape[0], n_conn = base.shape[0] - 1, c, bad = -1
+    cdef Py_ssize_t u, t0
+    cdef bint has_lost_in = lost_in.shape[0] != 0, has_cand = cand.shape[0] != 0
+    if has_cand and cand.shape[0] != n_workers:
+        raise ValueError("cand must have n_workers entries")
+    cdef i32 v, w, W = n_workers if n_workers > 0 else 0
+    cdef i64 n_tasks = n_units - n_conn
+    cdef i64 q_c = 0, q_t = 0, e_c = 0, e_t = 0
+    cdef Py_ssize_t n_pool_c = 0, n_pool_t = 0, n_lost_c = 0, n_lost_t = 0, moved = 0
+    cdef Py_ssize_t n_held = 0, x, y, placed_c = 0, placed_t = 0
+    cdef bint lost
+
+    cnt_c_arr = np.zeros(W + 1, dtype=np.int32)      # connectors owned (kept) per worker
+    cnt_t_arr = np.zeros(W + 1, dtype=np.int32)      # tasks owned (kept) per worker
+    cap_c_arr = np.empty(W + 1, dtype=np.int32)
+    cap_t_arr = np.empty(W + 1, dtype=np.int32)
+    cdef i32[::1] cnt_c = cnt_c_arr, cnt_t = cnt_t_arr, cap_c = cap_c_arr, cap_t = cap_t_arr
+
+    # Pass A: validate owners, count what each worker owns and how much is lost/new.
+    with nogil:
+        for c in range(n_conn):
+            for u in range(base[c], base[c + 1]):
+                v = current[u]
+                if v >= 0:
+                    if v >= W:
+                        bad = u
+                        break
+                    if u == base[c]:
+                        cnt_c[v] += 1
+                    else:
+                        cnt_t[v] += 1
+                elif v < -2:
+                    bad = u
+                    break
+                else:
+                    lost = v == -2 or (has_lost_in and lost_in[u])
+                    if lost and hold:
+                        if u == base[c]:
+                            n_lost_c += 1
+                        else:
+                            n_lost_t += 1
+                    elif u == base[c]:
+                        n_pool_c += 1
+                    else:
+                        n_pool_t += 1
+            if bad >= 0:
+                break
+        if bad < 0 and W > 0:
+            # Quotas over ALL units (held lost included): floor, and +1 for r workers. The
+            # r "+1" go first to workers that already own >= q+1 (each saves a move; which of
+            # them does not change the move count, so lowest index), the rest float.
+            q_c = n_conn // W
+            e_c = n_conn % W
+            q_t = n_tasks // W
+            e_t = n_tasks % W
+            for w in range(W):
+                cap_c[w] = <i32>q_c
+                if cnt_c[w] > q_c and e_c > 0:
+                    cap_c[w] = <i32>(q_c + 1)
+                    e_c -= 1
+                if cnt_c[w] > cap_c[w]:
+                    n_pool_c += cnt_c[w] - cap_c[w]
+                    moved += cnt_c[w] - cap_c[w]
+                cap_t[w] = <i32>q_t
+                if cnt_t[w] > q_t and e_t > 0:
+                    cap_t[w] = <i32>(q_t + 1)
+                    e_t -= 1
+                if cnt_t[w] > cap_t[w]:
+                    n_pool_t += cnt_t[w] - cap_t[w]
+                    moved += cnt_t[w] - cap_t[w]
+    if bad >= 0:
+        raise ValueError("current[%d] = %d is not -2, -1 or a worker index < %d"
+                         % (bad, current[bad], W))
+
+    pool_c_arr = np.empty(n_pool_c, dtype=np.int32)
+    pool_t_arr = np.empty(n_pool_t, dtype=np.int32)
+    lost_c_arr = np.empty(n_lost_c, dtype=np.int32)
+    lost_t_arr = np.empty(n_lost_t, dtype=np.int32)
+    cdef i32[::1] pool_c = pool_c_arr, pool_t = pool_t_arr, lost_c = lost_c_arr
+    cdef i32[::1] lost_t = lost_t_arr
+    # workspaces of the water fill
+    ws_arr = np.empty(W + 1, dtype=np.int32)
+    act_arr = np.empty(W + 1, dtype=np.int32)
+    act2_arr = np.empty(W + 1, dtype=np.int32)
+    tmp_arr = np.empty(W + 1, dtype=np.int32)
+    hist_arr = np.empty(65536, dtype=np.intp)
+    cdef i32[::1] ws = ws_arr, act = act_arr, act2 = act2_arr, tmp = tmp_arr
+    cdef Py_ssize_t[::1] hist = hist_arr
+    cdef Py_ssize_t ipc = 0, ipt = 0, ilc = 0, ilt = 0
+    cdef const u8* cand_p = NULL
+    cdef i32* owner_p = &owner[0] if n_units > 0 else NULL
+    cdef u8[::1] derived
+    if hold and W > 0 and n_lost_c + n_lost_t > 0:
+        # Candidates matter only when something is held.
+        if has_cand:
+            cand_p = &cand[0]
+        else:
+            derived_arr = np.zeros(W, dtype=np.uint8)
+            derived = derived_arr
+            for w in range(W):
+                if cnt_c[w] == 0 and cnt_t[w] == 0:   # pass A counts: owned in current
+                    derived[w] = 1
+            cand_p = &derived[0]
+
+    with nogil:
+        # Pass B: keep each worker's lowest units up to its cap (cnt_* counts again from 0);
+        # everything else goes, in ascending unit order, to a pool: new + revoked (+ lost when
+        # not held) to pool_*, held lost to lost_*.
+        if W > 0:
+            memset(&cnt_c[0], 0, W * sizeof(i32))
+            memset(&cnt_t[0], 0, W * sizeof(i32))
+        for c in range(n_conn):
+            # connector instance
+            u = base[c]
+            v = current[u]
+            if v >= 0 and cnt_c[v] < cap_c[v]:
+                owner[u] = v
+                cnt_c[v] += 1
+            else:
+                owner[u] = -1
+                if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
+                    lost_c[ilc] = <i32>u
+                    ilc += 1
+                else:
+                    pool_c[ipc] = <i32>u
+                    ipc += 1
+            # tasks
+            for u in range(base[c] + 1, base[c + 1]):
+                v = current[u]
+                if v >= 0 and cnt_t[v] < cap_t[v]:
+                    owner[u] = v
+                    cnt_t[v] += 1
+                else:
+                    owner[u] = -1
+                    if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
+                        lost_t[ilt] = <i32>u
+                        ilt += 1
+                    else:
+                        pool_t[ipt] = <i32>u
+                        ipt += 1
+        if W > 0:
+            # Candidates (workers that joined since the loss) take lost work up to balance.
+            if cand_p != NULL:
+                placed_c = _water_fill(&lost_c[0] if n_lost_c else NULL, n_lost_c, &cnt_c[0],
+                                       cand_p, W, q_c, &e_c, owner_p, &ws[0], &act[0],
+                                       &act2[0], &tmp[0], &hist[0])
+                placed_t = _water_fill(&lost_t[0] if n_lost_t else NULL, n_lost_t, &cnt_t[0],
+                                       cand_p, W, q_t, &e_t, owner_p, &ws[0], &act[0],
+                                       &act2[0], &tmp[0], &hist[0])
+            # New, revoked and released units: least loaded first. The caps sum to the unit
+            # counts, so the pools always fit when nothing is held.
+            _water_fill(&pool_c[0] if n_pool_c else NULL, n_pool_c, &cnt_c[0], NULL, W, q_c,
+                        &e_c, owner_p, &ws[0], &act[0], &act2[0], &tmp[0], &hist[0])
+            _water_fill(&pool_t[0] if n_pool_t else NULL, n_pool_t, &cnt_t[0], NULL, W, q_t,
+                        &e_t, owner_p, &ws[0], &act[0], &act2[0], &tmp[0], &hist[0])
+    # Held = lost units nobody took, ascending (merge of the two ascending lists; the taken
+    # ones are exactly the prefixes placed_c / placed_t of each list).
+    n_held = (n_lost_c - placed_c) + (n_lost_t - placed_t)
+    held_arr = np.empty(n_held, dtype=np.int32)
+    cdef i32[::1] held = held_arr
+    with nogil:
+        x = placed_c
+        y = placed_t
+        t0 = 0
+        while x < n_lost_c and y < n_lost_t:
+            if lost_c[x] < lost_t[y]:
+                held[t0] = lost_c[x]
+                x += 1
+            else:
+                held[t0] = lost_t[y]
+                y += 1
+            t0 += 1
+        while x < n_lost_c:
+            held[t0] = lost_c[x]
+            x += 1
+            t0 += 1
+        while y < n_lost_t:
+            held[t0] = lost_t[y]
+            y += 1
+            t0 += 1
+    return held_arr, moved, n_lost_c + n_lost_t
