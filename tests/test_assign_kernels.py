@@ -160,3 +160,13 @@ def test_remap_blocks_keeps_owners_of_surviving_units():
     out = remap_blocks([2, 3], [3, 1, 2], owner)
     assert out.tolist() == [5, 6, -1, 7, -1, -1]
     assert blocks([2, 3]).tolist() == [0, 2, 5]
+
+
+def test_split_blocks_gives_per_topic_partitions():
+    from groupcoord.assign.units import split_blocks
+    base = blocks([3, 0, 2])                      # topics of 3, 0 and 2 partitions
+    got = [(t, p.tolist()) for t, p in split_blocks([0, 2, 3, 4], base)]
+    assert got == [(0, [0, 2]), (2, [0, 1])]
+    assert split_blocks([], base) == []
+    with pytest.raises(ValueError):
+        split_blocks([4, 0], base)

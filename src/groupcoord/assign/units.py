@@ -91,3 +91,20 @@ def remap_blocks(old_sizes, new_sizes, old_owner) -> np.ndarray:
         k = min(old_sizes[b], new_sizes[b])
         out[nb[b]:nb[b] + k] = old_owner[ob[b]:ob[b] + k]
     return out
+
+
+def split_blocks(units, base) -> list:
+    """Group ascending unit numbers by block: [(block, offsets within the block)], blocks in
+    ascending order, only non-empty ones. With consumer units (base = topic_base) this is a
+    member's [(topic index, partitions)]; with connect units (base = connect_units) offset 0
+    is the connector instance and offset 1 + t is task t."""
+    units = np.asarray(units, dtype=np.int64)
+    base = np.asarray(base, dtype=np.int64)
+    if units.size == 0:
+        return []
+    if units[0] < 0 or units[-1] >= base[-1] or np.any(units[1:] < units[:-1]):
+        raise ValueError("units must be ascending and within 0..%d" % (base[-1] - 1))
+    block = np.searchsorted(base, units, side="right") - 1
+    cuts = np.flatnonzero(np.diff(block)) + 1
+    return [(int(block[s]), (units[s:e] - base[block[s]]).astype(np.int32))
+            for s, e in zip(np.r_[0, cuts], np.r_[cuts, units.size])]
