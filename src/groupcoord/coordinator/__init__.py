@@ -1,0 +1,2 @@
+"""Coordinator core: deterministic group state machines (docs/coordinator.md). So far: the
+durable record types."""
