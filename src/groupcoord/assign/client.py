@@ -109,12 +109,8 @@ def _csr(indptr, values, n_rows: int, name: str):
     return ip, vals
 
 
-def topic_base(partitions_per_topic) -> np.ndarray:
-    """``concat([0], cumsum(partitions_per_topic))`` as int64: unit of (t, p) is base[t] + p."""
-    ppt = np.asarray(partitions_per_topic, dtype=np.int64)
-    base = np.zeros(ppt.shape[0] + 1, np.int64)
-    np.cumsum(ppt, out=base[1:])
-    return base
+# topic_base (unit of (t, p) is base[t] + p) is the consumer assignors' one, re-exported.
+from groupcoord.assign.consumer import topic_base  # noqa: E402
 
 
 def _prep(partitions_per_topic, subs_indptr, subs):
