@@ -63,9 +63,11 @@ def members_csr(const int32_t[::1] owner not None, Py_ssize_t n_members):
 
 def diff(const int32_t[::1] current not None, const int32_t[::1] target not None,
          Py_ssize_t n_members):
-    """Per member: kept count, units to revoke (current owner m, target not m) and units to
-    assign (target m, current not m), as two CSRs. Returns
-    (kept int64[n_members], revoke_indptr, revoke_units, assign_indptr, assign_units)."""
+    """Per member: units to revoke (current owner m, target not m) and units to assign
+    (target m, current not m), as two CSRs: (revoke_indptr, revoke_units, assign_indptr,
+    assign_units). Unchanged units are only compared, never counted: per-member kept counts
+    are derived on demand by the Python wrapper, so the pass over unchanged units is a pure
+    sequential read."""
     if current.shape[0] != target.shape[0]:
         raise ValueError("current and target have %d and %d units"
                          % (current.shape[0], target.shape[0]))
@@ -73,11 +75,10 @@ def diff(const int32_t[::1] current not None, const int32_t[::1] target not None
     cdef int64_t k = 0, j
     cdef int32_t c, t
     cdef bint bad = False
-    kept_a = np.zeros(n_members, dtype=np.int64)
     rip_a = np.zeros(n_members + 1, dtype=np.int64)
     aip_a = np.zeros(n_members + 1, dtype=np.int64)
     changed_a = np.empty(n, dtype=np.int32)     # touched only up to the number changed
-    cdef int64_t[::1] kept = kept_a, rip = rip_a, aip = aip_a
+    cdef int64_t[::1] rip = rip_a, aip = aip_a
     cdef int32_t[::1] changed = changed_a
     with nogil:
         # Pass 1 (sequential over both arrays): count, and remember the changed units so the
@@ -89,10 +90,7 @@ def diff(const int32_t[::1] current not None, const int32_t[::1] target not None
             if <size_t>(c + 1) > <size_t>n_members or <size_t>(t + 1) > <size_t>n_members:
                 bad = True
                 break
-            if c == t:
-                if c >= 0:
-                    kept[c] += 1
-            else:
+            if c != t:
                 changed[k] = <int32_t>u
                 k += 1
                 if c >= 0:
@@ -123,7 +121,7 @@ def diff(const int32_t[::1] current not None, const int32_t[::1] target not None
             if t >= 0:
                 asg[acur[t]] = <int32_t>u
                 acur[t] += 1
-    return kept_a, rip_a, rev_a, aip_a, asg_a
+    return rip_a, rev_a, aip_a, asg_a
 
 
 def validate(const int64_t[::1] indptr not None, const int32_t[::1] units not None,

@@ -6,7 +6,8 @@ Batched use: renumber the units and members of many groups into one global range
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from enum import IntEnum
 
 import numpy as np
@@ -61,11 +62,20 @@ class Validation:
 
 @dataclass(frozen=True)
 class Diff:
-    kept: np.ndarray            # int64[n_members]: units in both current and target
     revoke_indptr: np.ndarray
     revoke_units: np.ndarray
     assign_indptr: np.ndarray
     assign_units: np.ndarray
+    current: np.ndarray = field(repr=False)
+    n_members: int = 0
+
+    @cached_property
+    def kept(self) -> np.ndarray:
+        """int64[n_members]: units in both the current and the target assignment of each
+        member (derived on first use: current count minus revoked count)."""
+        c = self.current
+        held = np.bincount(c[c >= 0], minlength=self.n_members).astype(np.int64)
+        return held - np.diff(self.revoke_indptr)
 
     def revoke(self, m: int) -> np.ndarray:
         return self.revoke_units[self.revoke_indptr[m]:self.revoke_indptr[m + 1]]
@@ -111,7 +121,10 @@ def owner_from_csr(indptr, units, n_units: int) -> np.ndarray:
 
 
 def diff(current, target, n_members: int) -> Diff:
-    return Diff(*_k.diff(_i32(current), _i32(target), n_members))
+    """Per member: units to revoke, units to assign (CSR), and `kept` counts on demand."""
+    current = _i32(current)
+    return Diff(*_k.diff(current, _i32(target), n_members), current=current,
+                n_members=n_members)
 
 
 def validate(indptr, units, n_units: int, alive=None, required=None, *,
