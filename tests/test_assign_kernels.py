@@ -134,6 +134,8 @@ def test_batched_groups_are_one_call():
     ip, units = K.members_csr(owner, int(moff[-1]))
     # group 1's member 0 is global member 2
     assert units[ip[2]:ip[3]].tolist() == [5, 6]
+    assert K.localize(owner, uoff, moff).tolist() == [0, 1, -1, 1, 2, 0, 0]
+    assert np.array_equal(K.globalize(K.localize(owner, uoff, moff), uoff, moff), owner)
 
 
 def test_bad_owner_values_are_clear_errors():

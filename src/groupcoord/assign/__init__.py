@@ -17,7 +17,7 @@ from groupcoord.assign.client import cooperative_sticky, range_assign, roundrobi
 from groupcoord.assign.connect import eager, incremental_cooperative
 from groupcoord.assign.consumer import range_, topic_base, uniform
 from groupcoord.assign.kernels import (Diff, MemberState, Reconciliation, Validation,
-                                       Violation, ViolationKind, concat_groups, diff,
+                                       Violation, ViolationKind, concat_groups, diff, globalize, localize,
                                        members_csr, owner_from_csr, reconcile, validate)
 from groupcoord.assign.units import Interner, blocks, remap_blocks
 
@@ -26,6 +26,7 @@ __all__ = [
     "uniform", "range_", "topic_base", "eager", "incremental_cooperative",
     "range_assign", "roundrobin", "cooperative_sticky",
     "members_csr", "owner_from_csr", "diff", "validate", "reconcile", "concat_groups",
+    "globalize", "localize",
     "Diff", "Validation", "Violation", "ViolationKind", "Reconciliation", "MemberState",
     "Interner", "blocks", "remap_blocks",
 ]

@@ -148,17 +148,35 @@ def reconcile(owned_indptr, owned, target_indptr, target, owner_now) -> Reconcil
                                         _i32(target), _i32(owner_now)))
 
 
+def globalize(owner, unit_offsets, member_offsets) -> np.ndarray:
+    """Segmented owner arrays of many groups (group g's units are
+    owner[unit_offsets[g]:unit_offsets[g+1]], its members 0..member_offsets[g+1] -
+    member_offsets[g] - 1) -> one owner array over global member numbers, for the batched use
+    of every kernel. Vectorised: no per-group Python work."""
+    owner = _i32(owner)
+    uoff = _i64(unit_offsets)
+    moff = _i64(member_offsets)
+    if len(uoff) != len(moff) or uoff[0] != 0 or uoff[-1] != len(owner):
+        raise ValueError("unit_offsets must span owner and match member_offsets in length")
+    shift = np.repeat(moff[:-1], np.diff(uoff)).astype(np.int32)
+    return np.where(owner >= 0, owner + shift, -1).astype(np.int32)
+
+
+def localize(owner, unit_offsets, member_offsets) -> np.ndarray:
+    """The inverse of globalize: global member numbers back to per-group member indices."""
+    owner = _i32(owner)
+    uoff = _i64(unit_offsets)
+    shift = np.repeat(_i64(member_offsets)[:-1], np.diff(uoff)).astype(np.int32)
+    return np.where(owner >= 0, owner - shift, -1).astype(np.int32)
+
+
 def concat_groups(owners, member_counts):
-    """Renumber many groups' owner arrays into one global range for the batched kernels.
-    Returns (global_owner, unit_offsets int64[g+1], member_offsets int64[g+1])."""
+    """Many groups' owner arrays (a list) -> (global_owner, unit_offsets int64[g+1],
+    member_offsets int64[g+1]) for the batched kernels."""
     owners = [_i32(o) for o in owners]
     uoff = np.zeros(len(owners) + 1, dtype=np.int64)
     uoff[1:] = np.cumsum([len(o) for o in owners])
     moff = np.zeros(len(owners) + 1, dtype=np.int64)
     moff[1:] = np.cumsum(member_counts)
-    out = np.empty(uoff[-1], dtype=np.int32)
-    for g, o in enumerate(owners):
-        seg = out[uoff[g]:uoff[g + 1]]
-        np.add(o, np.int32(moff[g]), out=seg)
-        seg[o < 0] = -1
-    return out, uoff, moff
+    flat = np.concatenate(owners) if owners else np.empty(0, np.int32)
+    return globalize(flat, uoff, moff), uoff, moff
