@@ -78,6 +78,30 @@ def remap_kernel(const i32[::1] prev_owner, const i32[::1] prev_to_new, i32[::1]
 
 
 # ----------------------------------------------------------------------- water filling
+cdef inline Py_ssize_t _merge(const i32* a, Py_ssize_t na, const i32* b, Py_ssize_t nb,
+                              i32* out) noexcept nogil:
+    # Merge two ascending runs into out (out holds na + nb); returns na + nb. On ties the
+    # element of `a` goes first.
+    cdef Py_ssize_t x = 0, y = 0, k = 0
+    while x < na and y < nb:
+        if b[y] < a[x]:
+            out[k] = b[y]
+            y += 1
+        else:
+            out[k] = a[x]
+            x += 1
+        k += 1
+    while x < na:
+        out[k] = a[x]
+        x += 1
+        k += 1
+    while y < nb:
+        out[k] = b[y]
+        y += 1
+        k += 1
+    return k
+
+
 cdef void _radix_by_count(i32* ws, Py_ssize_t n, const i32* cnt, i32* tmp,
                           Py_ssize_t* hist) noexcept nogil:
     # Stable LSD radix sort (2 x 16 bits) of worker ids ws[0:n] by cnt[w] (>= 0); ws is in
@@ -137,25 +161,7 @@ cdef Py_ssize_t _water_fill(const i32* pool, Py_ssize_t n_pool, i32* cnt, const 
             j += 1
         n_new = j - i
         if n_new:
-            a = 0
-            b = i
-            k = 0
-            while a < n_act and b < j:
-                if act[a] < ws[b]:
-                    act2[k] = act[a]
-                    a += 1
-                else:
-                    act2[k] = ws[b]
-                    b += 1
-                k += 1
-            while a < n_act:
-                act2[k] = act[a]
-                a += 1
-                k += 1
-            while b < j:
-                act2[k] = ws[b]
-                b += 1
-                k += 1
+            k = _merge(act, n_act, ws + i, j - i, act2)
             swap = act
             act = act2
             act2 = swap
@@ -372,24 +378,8 @@ def ica_kernel(const i64[::1] base, const i32[::1] current, i32 n_workers,
     n_held = (n_lost_c - placed_c) + (n_lost_t - placed_t)
     held_arr = np.empty(n_held, dtype=np.int32)
     cdef i32[::1] held = held_arr
-    with nogil:
-        x = placed_c
-        y = placed_t
-        t0 = 0
-        while x < n_lost_c and y < n_lost_t:
-            if lost_c[x] < lost_t[y]:
-                held[t0] = lost_c[x]
-                x += 1
-            else:
-                held[t0] = lost_t[y]
-                y += 1
-            t0 += 1
-        while x < n_lost_c:
-            held[t0] = lost_c[x]
-            x += 1
-            t0 += 1
-        while y < n_lost_t:
-            held[t0] = lost_t[y]
-            y += 1
-            t0 += 1
+    if n_held:
+        with nogil:
+            _merge(&lost_c[0] + placed_c if n_lost_c else NULL, n_lost_c - placed_c,
+                   &lost_t[0] + placed_t if n_lost_t else NULL, n_lost_t - placed_t, &held[0])
     return held_arr, moved, n_lost_c + n_lost_t

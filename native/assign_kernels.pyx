@@ -124,6 +124,17 @@ def diff(const int32_t[::1] current not None, const int32_t[::1] target not None
     return rip_a, rev_a, aip_a, asg_a
 
 
+cdef inline void _report(int64_t[:, ::1] viol, int64_t* k, int64_t[::1] counts, int kind,
+                         int64_t unit, int64_t member) noexcept nogil:
+    # Count every violation; keep the first viol.shape[0] rows (other member filled later).
+    counts[kind] += 1
+    if k[0] < viol.shape[0]:
+        viol[k[0], 0] = kind
+        viol[k[0], 1] = unit
+        viol[k[0], 2] = member
+        k[0] += 1
+
+
 def validate(const int64_t[::1] indptr not None, const int32_t[::1] units not None,
              Py_ssize_t n_units, const uint8_t[::1] alive=None,
              const uint8_t[::1] required=None, Py_ssize_t max_violations=100,
@@ -163,29 +174,15 @@ def validate(const int64_t[::1] indptr not None, const int32_t[::1] units not No
     with nogil:
         for m in range(n_members):
             if has_alive and not alive[m] and indptr[m + 1] > indptr[m]:
-                counts[V_NOT_MEMBER] += 1
-                if k < max_violations:
-                    viol[k, 0] = V_NOT_MEMBER
-                    viol[k, 2] = m
-                    k += 1
+                _report(viol, &k, counts, V_NOT_MEMBER, -1, m)
             for i in range(indptr[m], indptr[m + 1]):
                 x = units[i]
                 if x < 0 or x >= n_units:
-                    counts[V_OUT_OF_RANGE] += 1
-                    if k < max_violations:
-                        viol[k, 0] = V_OUT_OF_RANGE
-                        viol[k, 1] = x
-                        viol[k, 2] = m
-                        k += 1
+                    _report(viol, &k, counts, V_OUT_OF_RANGE, x, m)
                 else:
                     bit = (<uint64_t>1) << (x & 63)
                     if seen[x >> 6] & bit:
-                        counts[V_DUPLICATE] += 1
-                        if k < max_violations:
-                            viol[k, 0] = V_DUPLICATE
-                            viol[k, 1] = x
-                            viol[k, 2] = m
-                            k += 1
+                        _report(viol, &k, counts, V_DUPLICATE, x, m)
                     else:
                         seen[x >> 6] |= bit
                         if want_owner:
@@ -193,11 +190,7 @@ def validate(const int64_t[::1] indptr not None, const int32_t[::1] units not No
         for u in range(n_units):
             if not (seen[u >> 6] & ((<uint64_t>1) << (u & 63))) and (
                     not has_required or required[u]):
-                counts[V_UNASSIGNED] += 1
-                if k < max_violations:
-                    viol[k, 0] = V_UNASSIGNED
-                    viol[k, 1] = u
-                    k += 1
+                _report(viol, &k, counts, V_UNASSIGNED, u, -1)
     if counts[V_DUPLICATE]:
         _first_claims(indptr, units, n_units, viol_a[:k])
     return (owner_a if want_owner else None), counts_a, viol_a[:k].copy()
