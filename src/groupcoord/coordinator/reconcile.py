@@ -1,0 +1,138 @@
+"""KIP-848 per-member reconciliation, shared by consumer and connect groups.
+
+A unit of work is an int key: ``(index << 32) | sub`` where ``index`` is a topic (consumer) or
+connector (connect) interned by the group and ``sub`` the partition, or ``task + 1`` with 0 for
+the connector instance itself (see :func:`unit`). Sets of units are frozensets of such keys.
+
+A member's current assignment is a :class:`MemberAssignment`. Its ``assigned`` and
+``pending_revocation`` units are *held* by the member: no other member may be given them.
+The group keeps ``holders: unit -> member id`` over every member's held units; a unit absent
+from it is free.
+
+Transitions (Kafka's CurrentAssignmentBuilder, the seed's "Member Epoch - Reconciliation"):
+
+  STABLE      at the target epoch: nothing to do. Behind it: compute.
+  UNREVOKED   waits until the member reports owned units without any pending revocation
+              (a heartbeat whose owned set is null cannot acknowledge), then computes.
+  UNRELEASED  at the target epoch but some target units are still held by others; computes
+              again on every heartbeat (and at once when the target moves).
+
+  compute: kept = assigned & target; revoke = assigned - target; new = target - assigned.
+    revoke non-empty -> UNREVOKED, epoch unchanged, assigned = kept, pending = revoke
+                        (revoke before assign: nothing new is given while revoking)
+    else             -> epoch = target epoch, assigned = kept + the new units that are free;
+                        UNRELEASED if any new unit is still held by another member, else STABLE
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from groupcoord.assign.kernels import MemberState
+from groupcoord.protocol.error_codes import ErrorCode
+
+__all__ = ["STABLE", "UNREVOKED", "UNRELEASED", "MemberAssignment", "unit", "unit_parts",
+           "next_assignment", "check_member_epoch", "EMPTY_SET", "NEW_MEMBER"]
+
+STABLE = int(MemberState.STABLE)
+UNREVOKED = int(MemberState.UNREVOKED)
+UNRELEASED = int(MemberState.UNRELEASED)
+STATE_NAMES = {STABLE: "STABLE", UNREVOKED: "UNREVOKED", UNRELEASED: "UNRELEASED"}
+
+EMPTY_SET: frozenset = frozenset()
+_SHIFT = 32
+_MASK = (1 << _SHIFT) - 1
+
+
+def unit(index: int, sub: int) -> int:
+    return (index << _SHIFT) | sub
+
+
+def unit_parts(u: int) -> tuple:
+    return u >> _SHIFT, u & _MASK
+
+
+class MemberAssignment(NamedTuple):
+    epoch: int
+    previous_epoch: int
+    state: int
+    assigned: frozenset
+    pending_revocation: frozenset
+
+    @property
+    def held(self) -> frozenset:
+        return self.assigned | self.pending_revocation if self.pending_revocation \
+            else self.assigned
+
+
+NEW_MEMBER = MemberAssignment(0, 0, STABLE, EMPTY_SET, EMPTY_SET)
+
+
+def _compute(cur: MemberAssignment, target_epoch: int, target: frozenset, holders: dict,
+             me) -> MemberAssignment:
+    assigned = cur.assigned
+    revoke = assigned - target
+    if revoke:
+        return MemberAssignment(cur.epoch, cur.epoch, UNREVOKED, assigned & target, revoke)
+    new = target - assigned
+    if not new:
+        return MemberAssignment(target_epoch, cur.epoch, STABLE, assigned, EMPTY_SET)
+    get = holders.get
+    free = [u for u in new if get(u, me) == me]
+    state = UNRELEASED if len(free) < len(new) else STABLE
+    return MemberAssignment(target_epoch, cur.epoch, state, assigned.union(free), EMPTY_SET)
+
+
+def next_assignment(cur: MemberAssignment, target_epoch: int, target: frozenset,
+                    owned: Optional[frozenset], holders: dict, me) -> MemberAssignment:
+    """The member's next current assignment (``cur`` itself when nothing changes).
+
+    target_epoch/target: the group's target assignment epoch and this member's target units.
+    owned: the units the member reports owning in this heartbeat (None: not reported).
+    holders: unit -> member id over all members' held units (this member's included)."""
+    st = cur.state
+    if st == STABLE:
+        if cur.epoch == target_epoch:
+            return cur
+        return _compute(cur, target_epoch, target, holders, me)
+    if st == UNREVOKED:
+        if owned is None or not owned.isdisjoint(cur.pending_revocation):
+            return cur
+        released = MemberAssignment(cur.epoch, cur.previous_epoch, STABLE, cur.assigned,
+                                    EMPTY_SET)
+        # The units just revoked are still in holders under this member: free for it only.
+        return _compute(released, target_epoch, target, holders, me)
+    # UNRELEASED
+    nxt = _compute(cur, target_epoch, target, holders, me)
+    if nxt.epoch == cur.epoch and nxt.state == cur.state and nxt.assigned == cur.assigned:
+        return cur
+    if nxt.epoch == cur.epoch:
+        # Same epoch, more units released to us: the previous epoch does not move.
+        return nxt._replace(previous_epoch=cur.previous_epoch)
+    return nxt
+
+
+def check_member_epoch(cur: MemberAssignment, received: int,
+                       owned: Optional[frozenset]) -> int:
+    """Kafka's fencing rule: a newer epoch than ours is FENCED; an older one is accepted only
+    when it is the previous epoch and the owned units are a subset of the assignment (the
+    response that moved the member forward was lost). Returns an ErrorCode value (0 = ok)."""
+    if received == cur.epoch:
+        return 0
+    if received > cur.epoch:
+        return ErrorCode.FENCED_MEMBER_EPOCH
+    if received == cur.previous_epoch and owned is not None and owned <= cur.assigned:
+        return 0
+    return ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def update_holders(holders: dict, member_id, old: Optional[MemberAssignment],
+                   new: Optional[MemberAssignment]) -> None:
+    """Keep ``holders`` (unit -> member id) in step when a member's current assignment
+    changes from ``old`` to ``new`` (None = no assignment / member removed). Replay only."""
+    if old is not None:
+        for u in old.held:
+            if holders.get(u) == member_id:
+                del holders[u]
+    if new is not None:
+        for u in new.held:
+            holders[u] = member_id

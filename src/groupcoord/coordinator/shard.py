@@ -1,0 +1,211 @@
+"""The shard: many groups, their offsets, the topic catalog and the timer table.
+
+    result = shard.handle(request, now_ms, version)    # pure: reads state, returns a Result
+    shard.apply(result)                                 # replay(records) + timer operations
+    ... deliver result.response and result.completions once result's durable records are
+    ... written (the runtime's job; tests deliver at once)
+    for key in shard.due(now_ms): shard.apply(shard.fire(key, now_ms))
+
+``replay`` is the only code that changes group or offset state: live writes and recovery run
+the same code. No I/O, no clock reads, no threads: time is the ``now_ms`` argument.
+
+Dispatch: each group module (classic, consumer, connect) and offsets.py exports
+  API_HANDLERS  {api_key: fn(shard, request, ctx: RequestContext) -> Result}
+  REPLAYERS     {RecordType | Volatile subclass: fn(shard, key_or_event, value)}
+  TIMER_KINDS   {timer kind: fn(shard, TimerKey, now_ms) -> Result}
+DescribeGroups and ListGroups are answered here from the Group interface (group.py).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Iterable, Optional
+
+from groupcoord.coordinator.config import ShardConfig
+from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.result import EMPTY, RequestContext, Result, TimerKey, Volatile
+from groupcoord.coordinator.timers import Timers
+from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode
+
+__all__ = ["Shard", "error_response", "GROUP_MODULES"]
+
+log = logging.getLogger("groupcoord.coordinator")
+
+GROUP_MODULES = ("classic", "consumer", "connect", "offsets")
+
+
+class Shard:
+    def __init__(self, config: Optional[ShardConfig] = None,
+                 topics: Optional[TopicCatalog] = None, *, strict: bool = False):
+        """strict=True re-raises handler exceptions (tests); otherwise a handler bug answers
+        UNKNOWN_SERVER_ERROR for that request, is logged, and changes nothing."""
+        self.config = config or ShardConfig()
+        self.topics = topics if topics is not None else TopicCatalog()
+        self.strict = strict
+        self.groups: dict = {}          # group id -> Group
+        self.offsets: dict = {}         # group id -> {(topic, partition): OffsetCommitValue}
+        self.timers = Timers()
+        self._handlers: dict = {15: _describe_groups, 16: _list_groups}
+        self._replayers: dict = {}
+        self._timer_kinds: dict = {}
+        for name in GROUP_MODULES:
+            mod = importlib.import_module("groupcoord.coordinator." + name)
+            self._handlers.update(mod.API_HANDLERS)
+            self._replayers.update(mod.REPLAYERS)
+            self._timer_kinds.update(getattr(mod, "TIMER_KINDS", {}))
+
+    # ------------------------------------------------------------------ handling
+    def handle(self, request, now_ms: int, version: Optional[int] = None,
+               client_id: str = "", client_host: str = "") -> Result:
+        cls = type(request)
+        if version is None:
+            version = cls.VERSIONS[1]
+        fn = self._handlers.get(cls.API_KEY)
+        if fn is None:
+            return Result(error_response(request, version, ErrorCode.UNSUPPORTED_VERSION,
+                                         "this coordinator does not serve %s" % cls.__name__))
+        try:
+            return fn(self, request, RequestContext(version, now_ms, client_id, client_host))
+        except Exception as exc:
+            if self.strict:
+                raise
+            log.exception("handler for %s failed; answering UNKNOWN_SERVER_ERROR",
+                          cls.__name__)
+            return Result(error_response(request, version, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                         "internal error: %s" % type(exc).__name__))
+
+    def fire(self, key: TimerKey, now_ms: int) -> Result:
+        """Handle an expired timer (the runtime removed it from the table with pop_due)."""
+        fn = self._timer_kinds.get(key.kind)
+        if fn is None:
+            return EMPTY
+        try:
+            return fn(self, key, now_ms)
+        except Exception:
+            if self.strict:
+                raise
+            log.exception("timer %s failed; ignored", key)
+            return EMPTY
+
+    def update_topics(self, catalog: TopicCatalog, now_ms: int) -> Result:
+        """Install a new topic catalog (an input, like Kafka's metadata image) and return the
+        records of the epoch bumps of the groups whose subscribed topics changed."""
+        self.topics = catalog
+        from groupcoord.coordinator import consumer
+        return consumer.on_topics_changed(self, now_ms)
+
+    # ------------------------------------------------------------------ mutation
+    def replay(self, item) -> None:
+        """Apply one record or volatile event. The only mutator of groups and offsets."""
+        if isinstance(item, Record):
+            fn = self._replayers.get(item.type)
+            if fn is None:
+                raise ValueError("no replayer for record type %s" % item.type.name)
+            fn(self, item.key, item.value)
+        elif isinstance(item, Volatile):
+            self._replayers[type(item)](self, item, None)
+        else:
+            raise TypeError("cannot replay %r" % (item,))
+
+    def apply(self, result: Result) -> Result:
+        """Replay the result's records and events, then apply its timer operations."""
+        replay = self.replay
+        for item in result.records:
+            replay(item)
+        if result.timers:
+            self.timers.apply(result.timers)
+        return result
+
+    def due(self, now_ms: int) -> Iterable[TimerKey]:
+        """Pop expired timers in deadline order (generator; fire each as it comes)."""
+        while True:
+            key = self.timers.pop_due(now_ms)
+            if key is None:
+                return
+            yield key
+
+    def rearm(self, now_ms: int) -> None:
+        """After loading from the log: schedule every group's timers afresh."""
+        for g in list(self.groups.values()):
+            self.timers.apply(g.rearm(now_ms))
+
+    # ------------------------------------------------------------------ inspection
+    def group(self, group_id: str):
+        return self.groups.get(group_id)
+
+    def snapshot(self, durable: bool = True) -> dict:
+        """Comparable plain data of all groups and offsets (see Group.snapshot)."""
+        groups = {gid: (g.TYPE, g.snapshot(durable)) for gid, g in self.groups.items()}
+        if durable:
+            groups = {gid: v for gid, v in groups.items() if v[1] is not None}
+        offsets = {gid: {k: (v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
+                             v.expire_timestamp) for k, v in tp.items()}
+                   for gid, tp in self.offsets.items() if tp}
+        return {"groups": groups, "offsets": offsets}
+
+
+# ---------------------------------------------------------------------- shard-level APIs
+def _describe_groups(shard: Shard, req, ctx: RequestContext) -> Result:
+    out = []
+    for gid in req.groups:
+        g = shard.groups.get(gid)
+        if g is None:
+            # Kafka answers an unknown group as Dead with no error.
+            out.append(m.DescribeGroupsResponseDescribedGroup(
+                error_code=0, group_id=gid, group_state="Dead", protocol_type="",
+                protocol_data=""))
+        else:
+            out.append(g.describe_classic())
+    return Result(m.DescribeGroupsResponse(groups=out))
+
+
+def _list_groups(shard: Shard, req, ctx: RequestContext) -> Result:
+    version = ctx.version
+    states = {s.lower() for s in req.states_filter} if version >= 4 else set()
+    types = {t.lower() for t in req.types_filter} if version >= 5 else set()
+    out = []
+    for gid in sorted(shard.groups):
+        g = shard.groups[gid]
+        st = g.state_name()
+        if states and st.lower() not in states:
+            continue
+        if types and g.TYPE not in types:
+            continue
+        out.append(m.ListGroupsResponseListedGroup(
+            group_id=gid, protocol_type=g.protocol_type(), group_state=st, group_type=g.TYPE))
+    return Result(m.ListGroupsResponse(groups=out))
+
+
+# ---------------------------------------------------------------------- error responses
+def error_response(request, version: int, code: int, message: Optional[str] = None):
+    """The response of ``request``'s API carrying ``code`` everywhere it can (top level, or
+    per group / topic / partition as the API has it)."""
+    name = type(request).__name__
+    resp_cls = getattr(m, name[:-len("Request")] + "Response")
+    code = int(code)
+    fields = resp_cls.__struct_fields__
+    kw = {}
+    if "error_code" in fields:
+        kw["error_code"] = code
+    if "error_message" in fields and message is not None:
+        kw["error_message"] = message
+    if isinstance(request, m.OffsetCommitRequest):
+        kw["topics"] = [m.OffsetCommitResponseTopic(name=t.name, partitions=[
+            m.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in request.topics]
+    elif isinstance(request, m.OffsetFetchRequest):
+        if version >= 8:
+            kw["groups"] = [m.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
+                            for g in request.groups]
+    elif isinstance(request, m.DescribeGroupsRequest):
+        kw["groups"] = [m.DescribeGroupsResponseDescribedGroup(error_code=code, group_id=g)
+                        for g in request.groups]
+    elif isinstance(request, (m.ConsumerGroupDescribeRequest, m.ConnectGroupDescribeRequest)):
+        grp = getattr(m, name[:-len("Request")] + "ResponseDescribedGroup")
+        kw["groups"] = [grp(error_code=code, error_message=message, group_id=g)
+                        for g in request.group_ids]
+    elif isinstance(request, m.LeaveGroupRequest) and version >= 3:
+        kw["members"] = []
+    return resp_cls(**kw)
