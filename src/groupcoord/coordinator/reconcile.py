@@ -105,8 +105,9 @@ def next_assignment(cur: MemberAssignment, target_epoch: int, target: frozenset,
     nxt = _compute(cur, target_epoch, target, holders, me)
     if nxt.epoch == cur.epoch and nxt.state == cur.state and nxt.assigned == cur.assigned:
         return cur
-    if nxt.epoch == cur.epoch:
-        # Same epoch, more units released to us: the previous epoch does not move.
+    if nxt.epoch == cur.epoch and nxt.state != UNREVOKED:
+        # Same epoch, more units released to us: the previous epoch does not move, so a
+        # member whose response moving it to this epoch was lost is still recognised.
         return nxt._replace(previous_epoch=cur.previous_epoch)
     return nxt
 

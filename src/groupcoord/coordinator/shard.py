@@ -206,6 +206,12 @@ def error_response(request, version: int, code: int, message: Optional[str] = No
         grp = getattr(m, name[:-len("Request")] + "ResponseDescribedGroup")
         kw["groups"] = [grp(error_code=code, error_message=message, group_id=g)
                         for g in request.group_ids]
+    elif isinstance(request, m.FindCoordinatorRequest) and version >= 4:
+        kw.pop("error_code", None)
+        kw.pop("error_message", None)
+        kw["coordinators"] = [m.FindCoordinatorResponseCoordinator(
+            key=k, node_id=-1, error_code=code, error_message=message)
+            for k in request.coordinator_keys]
     elif isinstance(request, m.LeaveGroupRequest) and version >= 3:
         kw["members"] = []
     return resp_cls(**kw)
