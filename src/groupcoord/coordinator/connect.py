@@ -382,6 +382,16 @@ def _assignors(req_assignors):
               reason=a.reason, version=a.version, metadata=a.metadata) for a in req_assignors]
 
 
+def _validate_first_heartbeat(req) -> Optional[str]:
+    # Only a worker the group does not know yet is joining: a member still at epoch 0 (no
+    # target installed yet) keeps heartbeating with epoch 0 and only the changed fields.
+    if req.rebalance_timeout_ms <= 0:
+        return "RebalanceTimeoutMs must be provided in the first request"
+    if req.client_assignors is None and req.server_assignor is None:
+        return "ClientAssignors must be provided in the first request"
+    return None
+
+
 def _validate_heartbeat(req) -> Optional[str]:
     if not req.group_id:
         return "GroupId can't be empty"
@@ -393,11 +403,6 @@ def _validate_heartbeat(req) -> Optional[str]:
         return "MemberEpoch -2 (temporary leave) requires an InstanceId"
     if req.instance_id is not None and not req.instance_id:
         return "InstanceId can't be empty"
-    if req.member_epoch == 0:
-        if req.rebalance_timeout_ms <= 0:
-            return "RebalanceTimeoutMs must be provided in the first request"
-        if req.client_assignors is None and req.server_assignor is None:
-            return "ClientAssignors must be provided in the first request"
     if req.server_assignor is not None and req.client_assignors is not None:
         return "ServerAssignor and ClientAssignors can't be used together"
     for a in req.client_assignors or ():
@@ -450,6 +455,13 @@ def _response_assignment(g, units, target: TargetEntry):
 # ----------------------------------------------------------------------------- heartbeat
 def _heartbeat(shard, req, ctx) -> Result:
     cfg = shard.config
+    if req.member_epoch > 0 and req.owned_connectors_and_tasks is None \
+            and req.client_assignors is None and req.config_state is None \
+            and req.instance_id is None and req.worker_url is None \
+            and req.rebalance_timeout_ms <= 0 and req.server_assignor is None:
+        fast = _steady_heartbeat(shard, req, ctx)
+        if fast is not None:
+            return fast
     why = _validate_heartbeat(req)
     if why:
         return _hb_error(E.INVALID_REQUEST, why)
@@ -469,7 +481,34 @@ def _heartbeat(shard, req, ctx) -> Result:
         return _leave(g, req, ctx)
     if req.member_epoch == STATIC_LEAVE:
         return _static_leave(g, req, ctx, cfg)
+    if req.member_epoch == 0 and mid not in g.members:
+        why = _validate_first_heartbeat(req)
+        if why:
+            return _hb_error(E.INVALID_REQUEST, why)
     return _join_or_heartbeat(g, req, ctx, cfg)
+
+
+def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
+    """The hot path: a STABLE worker at the target epoch that changes nothing, in a group with
+    nothing new to choose. Same outcome as the general path (no record, a session timer),
+    without its work; None when any condition fails (the general path decides)."""
+    g = shard.groups.get(req.group_id)
+    if type(g) is not ConnectGroup:
+        return None
+    mid = req.member_id
+    cur = g.current.get(mid)
+    if cur is None or cur.epoch != req.member_epoch or cur.state != rc.STABLE \
+            or cur.epoch != g.target_epoch or g.computing == mid \
+            or (g.computing is not None) != (g.epoch > g.target_epoch):
+        return None
+    meta = g.members[mid]
+    if meta.client_id != ctx.client_id or meta.client_host != ctx.client_host:
+        return None
+    cfg = shard.config
+    return Result(m.ConnectGroupHeartbeatResponse(
+        member_id=mid, member_epoch=cur.epoch,
+        heartbeat_interval_ms=cfg.connect_heartbeat_interval_ms), (),
+        ((TimerKey(SESSION, g.group_id, mid), ctx.now_ms + cfg.connect_session_timeout_ms),))
 
 
 def _leave(g, req, ctx) -> Result:
@@ -542,41 +581,30 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
                 recs, timers)
 
     # ---- member information
-    new_meta = m.ConnectWorkerGroupMemberMetadataValue(
-        instance_id=req.instance_id if req.instance_id is not None
-        else (base.instance_id if base else None),
-        worker_url=req.worker_url if req.worker_url is not None
-        else (base.worker_url if base else None),
-        client_id=ctx.client_id, client_host=ctx.client_host,
-        rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0
-        else base.rebalance_timeout_ms,
-        client_assignors=_assignors(req.client_assignors) if req.client_assignors is not None
-        else base.client_assignors)
-    assignors_changed = base is None or new_meta.client_assignors != base.client_assignors
-    members = dict(g.members)
-    if replaced is not None:
-        del members[replaced]
-    members[mid] = new_meta
+    if meta is not None and replaced is None and req.instance_id is None \
+            and req.worker_url is None and req.rebalance_timeout_ms <= 0 \
+            and req.client_assignors is None and meta.client_id == ctx.client_id \
+            and meta.client_host == ctx.client_host:
+        new_meta = meta              # nothing about the worker changed (the common case)
+    else:
+        new_meta = _member_meta(req, ctx, base)
+    if new_meta is meta:
+        members = g.members          # unchanged: no O(members) copy per heartbeat
+        assignors_changed = False
+    else:
+        assignors_changed = base is None or new_meta.client_assignors != base.client_assignors
+        members = dict(g.members)
+        if replaced is not None:
+            del members[replaced]
+        members[mid] = new_meta
     if assignors_changed:
         err = _check_assignors(members)
         if err:
             return _hb_error(E.UNSUPPORTED_ASSIGNOR, err, mid)
     bump = assignors_changed       # a join, or new assignors / reason / version / metadata
-
-    recs = []
-    if replaced is not None:
-        recs += [_rec_current(g, replaced, None), _rec_target(g, replaced, None),
-                 _rec_member(gid, replaced, None)]
-    if new_meta != meta:
-        recs.append(_rec_member(gid, mid, new_meta))
-    cs = req.config_state
-    if cs is not None and cs.config_offset > g.config_offset:
-        conns = {c.name: c.task_count for c in cs.connectors}
-        recs.append(_rec_config(gid, cs.config_offset, conns))
-        bump = bump or conns != g.connectors
-    epoch = g.epoch + 1 if bump else g.epoch
-    if bump:
-        recs.append(_rec_epoch(gid, epoch))
+    recs = _join_records(g, req, mid, meta, new_meta, replaced, bump)
+    epoch = g.epoch + 1 if recs and type(recs[-1].key) is m.ConnectWorkerGroupMetadataKey \
+        else g.epoch
     target = g.target.get(replaced if replaced is not None else mid, NO_TARGET)
     if replaced is not None and replaced in g.target:
         recs.append(_rec_target(g, mid, target))
@@ -586,8 +614,14 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         timers += [(TimerKey(SESSION, gid, replaced), None),
                    (TimerKey(REVOCATION, gid, replaced), None)]
     computing = g.computing if g.computing != replaced else None
-    events, ctimers, fatal = _choose(g, members, epoch, g.target_epoch, now,
-                                     computing=computing)
+    if members is g.members and epoch == g.epoch and \
+            (computing is not None) == (epoch > g.target_epoch):
+        # Membership and epoch unchanged, and either nothing to compute or a computation
+        # already in flight by a worker that still qualifies: selection would not change.
+        events, ctimers, fatal = (), (), None
+    else:
+        events, ctimers, fatal = _choose(g, members, epoch, g.target_epoch, now,
+                                         computing=computing)
     timers += ctimers
     new_member = meta is None
     if fatal:
@@ -621,6 +655,39 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
             (owned is not None and owned != nxt.assigned):
         resp.assignment = _response_assignment(g, nxt.assigned, target)
     return Result(resp, tuple(recs) + events, tuple(timers))
+
+
+def _member_meta(req, ctx, base):
+    return m.ConnectWorkerGroupMemberMetadataValue(
+        instance_id=req.instance_id if req.instance_id is not None
+        else (base.instance_id if base else None),
+        worker_url=req.worker_url if req.worker_url is not None
+        else (base.worker_url if base else None),
+        client_id=ctx.client_id, client_host=ctx.client_host,
+        rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0
+        else base.rebalance_timeout_ms,
+        client_assignors=_assignors(req.client_assignors) if req.client_assignors is not None
+        else base.client_assignors)
+
+
+def _join_records(g, req, mid, meta, new_meta, replaced, bump) -> list:
+    """Member / config / epoch records of a join or heartbeat; the epoch record, if any, is
+    last."""
+    gid = g.group_id
+    recs = []
+    if replaced is not None:
+        recs += [_rec_current(g, replaced, None), _rec_target(g, replaced, None),
+                 _rec_member(gid, replaced, None)]
+    if new_meta is not meta and new_meta != meta:
+        recs.append(_rec_member(gid, mid, new_meta))
+    cs = req.config_state
+    if cs is not None and cs.config_offset > g.config_offset:
+        conns = {c.name: c.task_count for c in cs.connectors}
+        recs.append(_rec_config(gid, cs.config_offset, conns))
+        bump = bump or conns != g.connectors
+    if bump:
+        recs.append(_rec_epoch(gid, g.epoch + 1))
+    return recs
 
 
 def _check_assignors(members: dict) -> Optional[str]:

@@ -1,9 +1,1092 @@
-"""Placeholder until this module is written (see docs/coordinator.md)."""
-API_HANDLERS: dict = {}
-REPLAYERS: dict = {}
-TIMER_KINDS: dict = {}
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat (api 68) and ConsumerGroupDescribe (api 69).
+
+The coordinator assigns. Three epochs drive a group (docs/coordinator-consumer.md):
+
+  group epoch    bumped (one ConsumerGroupMetadata record) when the membership or what the
+                 members subscribe to changes: a member joins, leaves, is fenced or expires,
+                 changes its topic names / regex / server assignor / rack, or the catalog
+                 changes the subscribed topics (ids, partition counts, regex matches).
+  target epoch   the group epoch the target assignment was computed for. A heartbeat that
+                 finds group epoch > target epoch computes the new target at once with the
+                 group's assignor and writes only the members whose target changed, then the
+                 ConsumerGroupTargetAssignmentMetadata record.
+  member epoch   each member converges to the target through reconcile.next_assignment:
+
+        STABLE --target moved, nothing to revoke--> STABLE (new epoch) or UNRELEASED
+        STABLE --target moved, must revoke-------> UNREVOKED (same epoch, revoke first)
+        UNREVOKED --owned reports the revocation--> STABLE / UNRELEASED / UNREVOKED
+        UNRELEASED --others released units------> STABLE
+
+     A member that stays UNREVOKED past its rebalance timeout is fenced; a member whose
+     session (no heartbeat for consumer_session_timeout_ms) expires is removed. A static
+     member (InstanceId) may leave temporarily with epoch -2: it keeps its assignment until
+     its session expires or a new member id takes its instance id over (no rebalance).
+
+Member epoch -1 leaves; -2 is the static temporary leave; 0 joins (or resends a lost join).
+
+Handlers only read. Every change is a Record replayed by the REPLAYERS below (also on
+recovery); a heartbeat is computed on a ``Plan``: a view of the group with this heartbeat's
+edits layered on top, which accumulates the records and timer operations. The heartbeat is a
+chain of small steps (validate -> find member -> update member -> group epoch -> target ->
+reconcile -> response) so that classic-protocol members can later reuse them.
+
+Topic partitions are units ``reconcile.unit(topic_index, partition)``; topic indices come from
+a per-group registry that replay fills from the topic ids in records. Handlers only look up;
+a topic new to the group gets a provisional index inside the Plan that never leaves it
+(records carry topic ids), so recovery may number topics differently without harm.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Optional
+
+import msgspec
+import numpy as np
+
+from groupcoord.assign import consumer as assignors
+from groupcoord.coordinator import ids
+from groupcoord.coordinator.group import Group
+from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
+                                              MemberAssignment, check_member_epoch,
+                                              next_assignment, unit, unit_parts,
+                                              update_holders)
+from groupcoord.coordinator.record_types import RecordType
+from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.result import EMPTY, Result, TimerKey
+from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode
+
+__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ConsumerGroup", "Plan", "Reject",
+           "on_topics_changed", "consumer_group_heartbeat", "consumer_group_describe",
+           "SESSION_TIMER", "REVOCATION_TIMER"]
+
+SESSION_TIMER = "consumer-session"
+REVOCATION_TIMER = "consumer-revocation"
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+MEMBER_TYPE_CONSUMER = 1                 # ConsumerGroupDescribe v1 MemberType
+
+ASSIGNORS = {"uniform": assignors.uniform, "range": assignors.range_}
+
+_MetaValue = m.ConsumerGroupMemberMetadataValue
+EMPTY_META = _MetaValue(instance_id=None, rack_id=None, client_id="", client_host="",
+                        subscribed_topic_names=[], subscribed_topic_regex=None,
+                        rebalance_timeout_ms=-1, server_assignor=None)
+
+_E = ErrorCode
 
 
-def on_topics_changed(shard, now_ms):
-    from groupcoord.coordinator.result import EMPTY
-    return EMPTY
+class Reject(Exception):
+    """A heartbeat refused with an error code and message (raised by the steps, answered by
+    the handler; nothing has been changed)."""
+
+    def __init__(self, code, message: str):
+        super().__init__(message)
+        self.code = int(code)
+        self.message = message
+
+
+# ====================================================================== state
+class Member:
+    """One member: its metadata record value, its current assignment, its session timer key.
+    Changed only by replay."""
+    __slots__ = ("member_id", "meta", "a", "session_key")
+
+    def __init__(self, group_id: str, member_id: str):
+        self.member_id = member_id
+        self.meta = EMPTY_META
+        self.a = NEW_MEMBER
+        self.session_key = TimerKey(SESSION_TIMER, group_id, member_id)
+
+
+class ConsumerGroup(Group):
+    TYPE = "consumer"
+
+    def __init__(self, group_id: str, config):
+        self.group_id = group_id
+        self.epoch = 0
+        self.target_epoch = 0
+        self.members: dict = {}            # member id -> Member
+        self.targets: dict = {}            # member id -> frozenset of units
+        self.topic_meta: dict = {}         # subscribed topic name -> (topic id, partitions)
+        self.holders: dict = {}            # unit -> member id (assigned or pending revocation)
+        self.static: dict = {}             # instance id -> member id
+        self.name_counts: Counter = Counter()    # subscribed name -> members subscribing
+        self.regex_counts: Counter = Counter()   # regex -> members subscribing
+        self.topic_ix: dict = {}           # topic id -> index (registry, filled by replay)
+        self.topic_ids: list = []          # index -> topic id
+        self.session_ms = config.consumer_session_timeout_ms
+        self.default_assignor = config.consumer_assignors[0]
+        self.assignor_names = tuple(config.consumer_assignors)
+
+    # ---------------------------------------------------------------- registry (replay)
+    def intern(self, topic_id: bytes) -> int:
+        ix = self.topic_ix.get(topic_id)
+        if ix is None:
+            ix = self.topic_ix[topic_id] = len(self.topic_ids)
+            self.topic_ids.append(topic_id)
+        return ix
+
+    def units_of(self, topic_partitions) -> frozenset:
+        out = []
+        for tp in topic_partitions:
+            ix = self.intern(tp.topic_id)
+            out.extend(unit(ix, p) for p in tp.partitions)
+        return frozenset(out)
+
+    def external(self, units) -> tuple:
+        ids_ = self.topic_ids
+        return tuple(sorted((ids_[u >> 32], u & 0xFFFFFFFF) for u in units))
+
+    # ---------------------------------------------------------------- mutation (replay only)
+    def member(self, member_id: str) -> Member:
+        mem = self.members.get(member_id)
+        if mem is None:
+            mem = self.members[member_id] = Member(self.group_id, member_id)
+        return mem
+
+    def set_meta(self, member_id: str, meta) -> None:
+        mem = self.member(member_id)
+        self._count(mem.meta, -1)
+        old_iid = mem.meta.instance_id
+        if old_iid is not None and self.static.get(old_iid) == member_id:
+            del self.static[old_iid]
+        mem.meta = meta
+        self._count(meta, 1)
+        if meta.instance_id is not None:
+            self.static[meta.instance_id] = member_id
+
+    def set_assignment(self, member_id: str, a: MemberAssignment) -> None:
+        mem = self.member(member_id)
+        update_holders(self.holders, member_id, mem.a, a)
+        mem.a = a
+
+    def remove(self, member_id: str) -> None:
+        mem = self.members.pop(member_id, None)
+        if mem is None:
+            return
+        update_holders(self.holders, member_id, mem.a, None)
+        self._count(mem.meta, -1)
+        iid = mem.meta.instance_id
+        if iid is not None and self.static.get(iid) == member_id:
+            del self.static[iid]
+
+    def _count(self, meta, sign: int) -> None:
+        for n in meta.subscribed_topic_names:
+            _add(self.name_counts, n, sign)
+        if meta.subscribed_topic_regex:
+            _add(self.regex_counts, meta.subscribed_topic_regex, sign)
+
+    # ---------------------------------------------------------------- Group interface
+    def state_name(self) -> str:
+        if not self.members:
+            return "Empty"
+        if self.epoch > self.target_epoch:
+            return "Assigning"
+        te = self.target_epoch
+        for mem in self.members.values():
+            a = mem.a
+            if a.state != STABLE or a.epoch != te:
+                return "Reconciling"
+        return "Stable"
+
+    def protocol_type(self) -> str:
+        return "consumer"
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def describe_classic(self):
+        # Kafka 4: DescribeGroups does not describe consumer groups.
+        return m.DescribeGroupsResponseDescribedGroup(
+            error_code=int(_E.GROUP_ID_NOT_FOUND), group_id=self.group_id, group_state="Dead",
+            protocol_type="consumer", protocol_data="")
+
+    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
+        if generation_or_epoch < 0 and not self.members:
+            return 0                   # admin tool or simple consumer, group empty
+        mem = self.members.get(member_id)
+        if mem is None:
+            return int(_E.UNKNOWN_MEMBER_ID)
+        if version < 9:
+            return int(_E.UNSUPPORTED_VERSION)
+        if generation_or_epoch != mem.a.epoch:
+            return int(_E.STALE_MEMBER_EPOCH)
+        return 0
+
+    def validate_offset_fetch(self, member_id, member_epoch):
+        if member_id is None and member_epoch < 0:
+            return 0
+        mem = self.members.get(member_id)
+        if mem is None:
+            return int(_E.UNKNOWN_MEMBER_ID)
+        if member_epoch != mem.a.epoch:
+            return int(_E.STALE_MEMBER_EPOCH)
+        return 0
+
+    def rearm(self, now_ms: int) -> list:
+        ops = []
+        for mem in self.members.values():
+            ops.append((mem.session_key, now_ms + self.session_ms))
+            if mem.a.state == UNREVOKED and mem.a.epoch >= 0:
+                ops.append((_revocation_key(self.group_id, mem.member_id),
+                            now_ms + max(mem.meta.rebalance_timeout_ms, 0)))
+        return ops
+
+    def snapshot(self, durable: bool) -> object:
+        ext = self.external
+        members = {}
+        for mid, mem in self.members.items():
+            a = mem.a
+            members[mid] = (msgspec.structs.astuple(mem.meta), a.epoch, a.previous_epoch,
+                            a.state, ext(a.assigned), ext(a.pending_revocation))
+        return {
+            "epoch": self.epoch,
+            "target_epoch": self.target_epoch,
+            "topics": tuple(sorted((n, t, p) for n, (t, p) in self.topic_meta.items())),
+            "members": members,
+            "targets": {mid: ext(t) for mid, t in self.targets.items()},
+        }
+
+    def held_units(self) -> Optional[dict]:
+        return {mid: mem.a.held for mid, mem in self.members.items()}
+
+    def preferred_assignor(self) -> str:
+        return _preferred_assignor([mem.meta for mem in self.members.values()],
+                                   self.assignor_names, self.default_assignor)
+
+
+def _add(counter: Counter, key, sign: int) -> None:
+    n = counter.get(key, 0) + sign
+    if n:
+        counter[key] = n
+    else:
+        counter.pop(key, None)
+
+
+def _preferred_assignor(metas, available, default: str) -> str:
+    """Kafka's rule: the server assignor most members ask for (ties: the smallest name, to be
+    deterministic), else the configured default."""
+    counts = Counter(x.server_assignor for x in metas
+                     if x.server_assignor is not None and x.server_assignor in available)
+    if not counts:
+        return default
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def _revocation_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey(REVOCATION_TIMER, group_id, member_id)
+
+
+# ====================================================================== the Plan
+class _FreedHolders:
+    """holders as seen after this plan's removals: units of removed members are free."""
+    __slots__ = ("base", "removed")
+
+    def __init__(self, base: dict, removed: set):
+        self.base = base
+        self.removed = removed
+
+    def get(self, u, default=None):
+        h = self.base.get(u, default)
+        return default if h in self.removed else h
+
+
+class Plan:
+    """One change of one group, computed without touching it: the group as it will be after
+    this change (edits layered over the live group) plus the records and timer operations
+    that make it so. ``result(response)`` packs them."""
+
+    def __init__(self, shard, group_id: str, group: Optional[ConsumerGroup], now_ms: int):
+        self.shard = shard
+        self.group_id = group_id
+        self.group = group
+        self.now = now_ms
+        self.records: list = []
+        self.timers: list = []
+        self.epoch = group.epoch if group else 0
+        self.target_epoch = group.target_epoch if group else 0
+        self.topic_meta = group.topic_meta if group else {}
+        self.metas: dict = {}              # member id -> metadata (joined/changed here)
+        self.assignments: dict = {}        # member id -> MemberAssignment (changed here)
+        self.targets: dict = {}            # member id -> frozenset (changed here)
+        self.removed: set = set()
+        self.fresh: set = set()            # member ids whose records must be written
+        self.name_delta: Counter = Counter()
+        self.regex_delta: Counter = Counter()
+        self.overlay: dict = {}            # topic id -> provisional index
+        self.overlay_ids: list = []
+        self.bumped = False
+
+    @classmethod
+    def open(cls, shard, group_id: str, now_ms: int, create: bool) -> "Plan":
+        g = shard.groups.get(group_id)
+        if g is None:
+            if not create:
+                raise Reject(_E.GROUP_ID_NOT_FOUND, "Consumer group %s not found." % group_id)
+            return cls(shard, group_id, None, now_ms)
+        if not isinstance(g, ConsumerGroup):
+            _other_group_type(shard, g, create)
+        return cls(shard, group_id, g, now_ms)
+
+    def result(self, response) -> Result:
+        return Result(response, tuple(self.records), tuple(self.timers))
+
+    # ---------------------------------------------------------------- view
+    def member_ids(self) -> list:
+        out = set(self.metas)
+        if self.group is not None:
+            out.update(mid for mid in self.group.members if mid not in self.removed)
+        return sorted(out)
+
+    def meta(self, mid: str):
+        got = self.metas.get(mid)
+        if got is not None:
+            return got
+        mem = self.group.members.get(mid) if self.group is not None else None
+        return mem.meta if mem is not None else None
+
+    def assignment(self, mid: str) -> MemberAssignment:
+        got = self.assignments.get(mid)
+        if got is not None:
+            return got
+        mem = self.group.members.get(mid) if self.group is not None else None
+        return mem.a if mem is not None and mid not in self.removed else NEW_MEMBER
+
+    def target(self, mid: str) -> Optional[frozenset]:
+        if mid in self.targets:
+            return self.targets[mid]
+        if self.group is None or mid in self.removed:
+            return None
+        return self.group.targets.get(mid)
+
+    def holders(self):
+        base = self.group.holders if self.group is not None else {}
+        return _FreedHolders(base, self.removed) if self.removed else base
+
+    def topic_index(self, topic_id: bytes) -> int:
+        """The unit index of a topic: the group's, else a provisional one for this plan."""
+        if self.group is not None:
+            ix = self.group.topic_ix.get(topic_id)
+            if ix is not None:
+                return ix
+        ix = self.overlay.get(topic_id)
+        if ix is None:
+            base = len(self.group.topic_ids) if self.group is not None else 0
+            ix = self.overlay[topic_id] = base + len(self.overlay_ids)
+            self.overlay_ids.append(topic_id)
+        return ix
+
+    def topic_id(self, ix: int) -> bytes:
+        known = self.group.topic_ids if self.group is not None else ()
+        return known[ix] if ix < len(known) else self.overlay_ids[ix - len(known)]
+
+    def owned_units(self, topic_partitions) -> Optional[frozenset]:
+        """Owned partitions reported by a member as units (None when not reported). A topic
+        the group never assigned maps to a negative index that matches nothing."""
+        if topic_partitions is None:
+            return None
+        ix_of = self.group.topic_ix.get if self.group is not None else {}.get
+        out = []
+        for tp in topic_partitions:
+            ix = ix_of(tp.topic_id, -1)
+            out.extend(unit(ix, p) for p in tp.partitions)
+        return frozenset(out)
+
+    def topic_partitions(self, units, cls) -> list:
+        by: dict = {}
+        for u in units:
+            ix, p = unit_parts(u)
+            by.setdefault(ix, []).append(p)
+        out = [cls(topic_id=self.topic_id(ix), partitions=sorted(ps)) for ix, ps in by.items()]
+        out.sort(key=lambda tp: tp.topic_id)
+        return out
+
+    # ---------------------------------------------------------------- edits
+    def stage_meta(self, mid: str, meta) -> None:
+        """Put a member's metadata into the view (no record: the caller writes it)."""
+        old = self.meta(mid) if mid not in self.removed else None
+        if old is not None:
+            _delta(self, old, -1)
+        self.metas[mid] = meta
+        _delta(self, meta, 1)
+
+    def put_meta(self, mid: str, meta) -> None:
+        """Write the member's metadata record if it is new or changed."""
+        old = self.meta(mid)
+        if mid in self.fresh or old is None or old != meta:
+            self.records.append(Record(m.ConsumerGroupMemberMetadataKey(self.group_id, mid),
+                                       meta))
+            self.stage_meta(mid, meta)
+
+    def put_assignment(self, mid: str, a: MemberAssignment) -> None:
+        if mid not in self.fresh and self.assignment(mid) == a and self._has_current(mid):
+            return
+        self.records.append(Record(
+            m.ConsumerGroupCurrentMemberAssignmentKey(self.group_id, mid),
+            m.ConsumerGroupCurrentMemberAssignmentValue(
+                member_epoch=a.epoch, previous_member_epoch=a.previous_epoch, state=a.state,
+                assigned_partitions=self.topic_partitions(
+                    a.assigned, m.ConsumerGroupCurrentMemberAssignmentValueTopicPartitions),
+                partitions_pending_revocation=self.topic_partitions(
+                    a.pending_revocation,
+                    m.ConsumerGroupCurrentMemberAssignmentValueTopicPartitions))))
+        self.assignments[mid] = a
+
+    def _has_current(self, mid: str) -> bool:
+        return mid in self.assignments or (self.group is not None and mid in self.group.members)
+
+    def put_target(self, mid: str, units: frozenset) -> None:
+        self.records.append(Record(
+            m.ConsumerGroupTargetAssignmentMemberKey(self.group_id, mid),
+            m.ConsumerGroupTargetAssignmentMemberValue(topic_partitions=self.topic_partitions(
+                units, m.ConsumerGroupTargetAssignmentMemberValueTopicPartition))))
+        self.targets[mid] = units
+
+    def remove(self, mid: str) -> None:
+        """Tombstones of a member (current assignment, target, metadata: Kafka's order) and
+        the cancellation of its timers. The caller bumps the epoch."""
+        gid = self.group_id
+        meta = self.meta(mid)
+        self.records.append(Record(m.ConsumerGroupCurrentMemberAssignmentKey(gid, mid), None))
+        self.records.append(Record(m.ConsumerGroupTargetAssignmentMemberKey(gid, mid), None))
+        self.records.append(Record(m.ConsumerGroupMemberMetadataKey(gid, mid), None))
+        if meta is not None:
+            _delta(self, meta, -1)
+        self.removed.add(mid)
+        self.metas.pop(mid, None)
+        self.assignments.pop(mid, None)
+        self.targets.pop(mid, None)
+        self.fresh.discard(mid)
+        self.timers.append((TimerKey(SESSION_TIMER, gid, mid), None))
+        self.timers.append((_revocation_key(gid, mid), None))
+
+    def bump(self) -> None:
+        """Bump the group epoch (once per plan)."""
+        if self.bumped:
+            return
+        self.bumped = True
+        self.epoch += 1
+        self.records.append(Record(m.ConsumerGroupMetadataKey(self.group_id),
+                                   m.ConsumerGroupMetadataValue(epoch=self.epoch)))
+
+    def fence(self, mid: str) -> None:
+        self.remove(mid)
+        self.refresh_subscriptions()
+        self.bump()
+
+    # ---------------------------------------------------------------- subscriptions
+    def subscribed(self) -> tuple:
+        """(names, regexes) subscribed by the members of this view."""
+        g = self.group
+        names = _live_keys(g.name_counts if g else {}, self.name_delta)
+        regexes = _live_keys(g.regex_counts if g else {}, self.regex_delta)
+        return names, regexes
+
+    def refresh_subscriptions(self) -> bool:
+        """Write a ConsumerGroupPartitionMetadata record and bump the epoch when the
+        subscribed topics' metadata differs from the recorded one. True if it did."""
+        names, regexes = self.subscribed()
+        catalog = self.shard.topics
+        found = {n for n in names if n in catalog.by_name}
+        for rx in regexes:
+            found |= _regex_topics(rx, catalog)
+        meta = {}
+        for n in found:
+            t = catalog.by_name[n]
+            meta[n] = (t.topic_id, t.partitions)
+        if meta == self.topic_meta:
+            return False
+        self.topic_meta = meta
+        self.records.append(Record(
+            m.ConsumerGroupPartitionMetadataKey(self.group_id),
+            m.ConsumerGroupPartitionMetadataValue(topics=[
+                m.ConsumerGroupPartitionMetadataValueTopicMetadata(
+                    topic_id=tid, topic_name=n, num_partitions=p)
+                for n, (tid, p) in sorted(meta.items())])))
+        self.bump()
+        return True
+
+    # ---------------------------------------------------------------- target assignment
+    def compute_target(self) -> None:
+        """The target assignment for the current group epoch, with the group's assignor;
+        records only the members whose target changed, then the target epoch."""
+        mids = self.member_ids()
+        metas = [self.meta(x) for x in mids]
+        subs, topics = _resolve_subscriptions(metas, self.shard.topics)
+        catalog = self.shard.topics
+        tids = [catalog.by_name[n].topic_id for n in topics]
+        ppt = np.array([catalog.by_name[n].partitions for n in topics], dtype=np.int32)
+        base = assignors.topic_base(ppt).tolist()
+        name = _preferred_assignor(metas, self.group_assignors(), self.default_assignor())
+        owners = _run_assignor(name, ppt, _csr(subs, topics), self._current_owners(
+            mids, tids, ppt, base), metas) if mids else None
+        per: list = [[] for _ in mids]
+        if owners is not None:
+            owner_list = owners.tolist()
+            for ti, tid in enumerate(tids):
+                gi = self.topic_index(tid)
+                b = base[ti]
+                for p in range(base[ti + 1] - b):
+                    o = owner_list[b + p]
+                    if o >= 0:
+                        per[o].append(unit(gi, p))
+        for i, mid in enumerate(mids):
+            new = frozenset(per[i])
+            if self.target(mid) != new:
+                self.put_target(mid, new)
+        self.records.append(Record(
+            m.ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
+            m.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=self.epoch)))
+        self.target_epoch = self.epoch
+
+    def _current_owners(self, mids, tids, ppt, base) -> np.ndarray:
+        """The previous target as an owner array in this computation's indices (members in
+        id order, topics by name); partitions that no longer exist are dropped."""
+        current = np.full(base[-1], -1, dtype=np.int32)
+        dense_by_tid = {t: i for i, t in enumerate(tids)}
+        for i, mid in enumerate(mids):
+            for u in self.target(mid) or ():
+                ix, p = unit_parts(u)
+                ti = dense_by_tid.get(self.topic_id(ix))
+                if ti is not None and p < ppt[ti]:
+                    current[base[ti] + p] = i
+        return current
+
+    def group_assignors(self) -> tuple:
+        return tuple(self.shard.config.consumer_assignors)
+
+    def default_assignor(self) -> str:
+        return self.shard.config.consumer_assignors[0]
+
+    # ---------------------------------------------------------------- reconciliation
+    def reconcile(self, mid: str, owned: Optional[frozenset]) -> tuple:
+        """(current, next) assignment of the member; writes the record and moves the
+        revocation timer when it changed."""
+        cur = self.assignment(mid)
+        nxt = next_assignment(cur, self.target_epoch, self.target(mid) or EMPTY_SET, owned,
+                              self.holders(), mid)
+        self.put_assignment(mid, nxt)
+        key = _revocation_key(self.group_id, mid)
+        if nxt.state == UNREVOKED:
+            if cur.state != UNREVOKED or nxt != cur:
+                self.timers.append((key, self.now + max(self.meta(mid).rebalance_timeout_ms, 0)))
+        elif cur.state == UNREVOKED:
+            self.timers.append((key, None))
+        return cur, nxt
+
+
+def _delta(plan: Plan, meta, sign: int) -> None:
+    for n in meta.subscribed_topic_names:
+        plan.name_delta[n] += sign
+    if meta.subscribed_topic_regex:
+        plan.regex_delta[meta.subscribed_topic_regex] += sign
+
+
+def _live_keys(counts, delta: Counter) -> set:
+    out = {k for k, c in counts.items() if c + delta.get(k, 0) > 0}
+    out.update(k for k, c in delta.items() if c > 0 and k not in counts)
+    return out
+
+
+def _regex_topics(rx: str, catalog) -> set:
+    pat = re.compile(rx)
+    return {n for n in catalog.by_name if pat.fullmatch(n)}
+
+
+def _resolve_subscriptions(metas, catalog) -> tuple:
+    """Per member, the catalog topics it subscribes (names that exist + regex matches); and
+    the union of them, sorted by name."""
+    cache: dict = {}
+    subs = []
+    every: set = set()
+    for meta in metas:
+        s = {n for n in meta.subscribed_topic_names if n in catalog.by_name}
+        rx = meta.subscribed_topic_regex
+        if rx:
+            got = cache.get(rx)
+            if got is None:
+                got = cache[rx] = _regex_topics(rx, catalog)
+            s |= got
+        subs.append(s)
+        every |= s
+    return subs, sorted(every)
+
+
+def _csr(subs, topics) -> tuple:
+    """Subscriptions as CSR (indptr, topic indices) over the sorted topic list."""
+    dense = {n: i for i, n in enumerate(topics)}
+    indptr = np.zeros(len(subs) + 1, dtype=np.int64)
+    flat: list = []
+    for i, s in enumerate(subs):
+        flat.extend(sorted(dense[n] for n in s))
+        indptr[i + 1] = len(flat)
+    return indptr, np.array(flat, dtype=np.int32)
+
+
+def _run_assignor(name: str, ppt, csr, current, metas) -> np.ndarray:
+    indptr, subs = csr
+    if name == "range":
+        static = np.array([x.instance_id is not None for x in metas], dtype=bool)
+        return assignors.range_(ppt, indptr, subs, current, static_member=static)
+    return assignors.uniform(ppt, indptr, subs, current)
+
+
+def _other_group_type(shard, group, create: bool):
+    """A group of another type holds the id. Kafka would migrate an empty or classic group
+    here (KIP-848 upgrade); that is added later; for now the request is refused."""
+    raise Reject(_E.GROUP_ID_NOT_FOUND, "Group %s is not a consumer group." % group.group_id)
+
+
+# ====================================================================== heartbeat steps
+def validate_heartbeat(config, req, version: int) -> None:
+    """Kafka's request checks, in Kafka's order."""
+    epoch = req.member_epoch
+    if (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and _blank(req.member_id):
+        raise Reject(_E.INVALID_REQUEST, "MemberId can't be empty.")
+    if _blank(req.group_id):
+        raise Reject(_E.INVALID_REQUEST, "GroupId can't be empty.")
+    if req.instance_id is not None and _blank(req.instance_id):
+        raise Reject(_E.INVALID_REQUEST, "InstanceId can't be empty.")
+    if req.rack_id is not None and _blank(req.rack_id):
+        raise Reject(_E.INVALID_REQUEST, "RackId can't be empty.")
+    if epoch == JOIN_EPOCH:
+        if req.rebalance_timeout_ms == -1:
+            raise Reject(_E.INVALID_REQUEST,
+                         "RebalanceTimeoutMs must be provided in first request.")
+        if req.topic_partitions is None or req.topic_partitions:
+            raise Reject(_E.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+            raise Reject(_E.INVALID_REQUEST, "Either SubscribedTopicNames or "
+                         "SubscribedTopicRegex must be non-null when (re-)joining.")
+    elif epoch == STATIC_LEAVE_EPOCH:
+        if req.instance_id is None:
+            raise Reject(_E.INVALID_REQUEST, "InstanceId can't be null.")
+    elif epoch < STATIC_LEAVE_EPOCH:
+        raise Reject(_E.INVALID_REQUEST, "MemberEpoch is invalid.")
+    if req.server_assignor is not None and req.server_assignor not in config.consumer_assignors:
+        raise Reject(_E.UNSUPPORTED_ASSIGNOR, "ServerAssignor %s is not supported. Supported "
+                     "assignors: %s." % (req.server_assignor,
+                                         ", ".join(config.consumer_assignors)))
+    rx = req.subscribed_topic_regex
+    if rx:
+        try:
+            re.compile(rx)
+        except re.error as exc:
+            raise Reject(_E.INVALID_REGULAR_EXPRESSION,
+                         "SubscribedTopicRegex `%s` is not a valid regular expression: %s."
+                         % (rx, exc)) from None
+
+
+def _blank(s: Optional[str]) -> bool:
+    return s is None or not s.strip()
+
+
+def check_group_size(plan: Plan, member_id: str) -> None:
+    g = plan.group
+    limit = plan.shard.config.consumer_max_size
+    if g is not None and len(g.members) >= limit and (not member_id
+                                                      or member_id not in g.members):
+        raise Reject(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum "
+                     "capacity of %d members." % limit)
+
+
+def new_member_id(plan: Plan) -> str:
+    """v0: the coordinator names a joining member (deterministically, see ids.py)."""
+    g = plan.group
+    return ids.generated_id(plan.group_id, plan.now, g.epoch if g else 0,
+                            len(g.members) if g else 0)
+
+
+def _check_epoch(mem: Member, epoch: int, owned: Optional[frozenset]) -> None:
+    if check_member_epoch(mem.a, epoch, owned):
+        raise Reject(_E.FENCED_MEMBER_EPOCH, "The consumer group member has a %s member epoch "
+                     "(%d) than the one known by the group coordinator (%d). The member must "
+                     "abandon all its partitions and rejoin."
+                     % ("greater" if epoch > mem.a.epoch else "smaller", epoch, mem.a.epoch))
+
+
+def find_member(plan: Plan, member_id: str, epoch: int, instance_id: Optional[str],
+                owned: Optional[frozenset]):
+    """The member's metadata before this heartbeat (None: a new member). Checks its epoch;
+    replaces a departed static member when a new member id takes its instance id."""
+    g = plan.group
+    mem = g.members.get(member_id) if g is not None else None
+    if instance_id is None:
+        if mem is None:
+            if epoch != JOIN_EPOCH:
+                raise Reject(_E.UNKNOWN_MEMBER_ID, "Member %s is not a member of group %s."
+                             % (member_id, plan.group_id))
+            return None
+        _check_epoch(mem, epoch, owned)
+        return mem.meta
+    holder_id = g.static.get(instance_id) if g is not None else None
+    holder = g.members[holder_id] if holder_id is not None else None
+    if epoch == JOIN_EPOCH:
+        if holder is None:
+            if mem is not None:
+                _check_epoch(mem, epoch, owned)
+                return mem.meta
+            return None
+        if holder.a.epoch != STATIC_LEAVE_EPOCH:
+            raise Reject(_E.UNRELEASED_INSTANCE_ID, "Static member %s with instance id %s is "
+                         "still active; it must leave the group (epoch -2) before another "
+                         "member takes its instance id." % (holder_id, instance_id))
+        replace_static_member(plan, holder, member_id)
+        return holder.meta
+    if holder is None:
+        raise Reject(_E.UNKNOWN_MEMBER_ID, "Instance id %s is unknown." % instance_id)
+    if holder_id != member_id:
+        raise Reject(_E.FENCED_INSTANCE_ID, "The static member %s with instance id %s was "
+                     "fenced by member %s." % (member_id, instance_id, holder_id))
+    _check_epoch(holder, epoch, owned)
+    return holder.meta
+
+
+def replace_static_member(plan: Plan, old: Member, new_id: str) -> None:
+    """Kafka's static replacement: the new member id takes over the old member's metadata,
+    target and current assignment (member epoch 0), the old member is removed, and no
+    rebalance happens (the subscription does not change)."""
+    old_id = old.member_id
+    target = plan.target(old_id)
+    if old_id != new_id:
+        plan.remove(old_id)
+    plan.fresh.add(new_id)
+    plan.stage_meta(new_id, old.meta)
+    plan.assignments[new_id] = old.a._replace(epoch=0, previous_epoch=0)
+    if target is not None and old_id != new_id:
+        plan.put_target(new_id, target)
+
+
+def updated_meta(base, req, ctx):
+    """The member's metadata after this heartbeat: null request fields leave a value as it
+    was; an empty regex means no regex; topic names are kept sorted and unique."""
+    b = base if base is not None else EMPTY_META
+    names = b.subscribed_topic_names
+    if req.subscribed_topic_names is not None:
+        names = sorted(set(req.subscribed_topic_names))
+    regex = b.subscribed_topic_regex
+    if req.subscribed_topic_regex is not None:
+        regex = req.subscribed_topic_regex or None
+    return _MetaValue(
+        instance_id=req.instance_id if req.instance_id is not None else b.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else b.rack_id,
+        client_id=ctx.client_id, client_host=ctx.client_host,
+        subscribed_topic_names=names, subscribed_topic_regex=regex,
+        rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+                              else b.rebalance_timeout_ms),
+        server_assignor=(req.server_assignor if req.server_assignor is not None
+                         else b.server_assignor),
+        classic_member_metadata=b.classic_member_metadata)
+
+
+def update_member(plan: Plan, member_id: str, base, meta, replaced: bool) -> None:
+    """Write the metadata if it changed; bump the group epoch when a member joins (not a
+    static replacement) or changes what the assignment depends on."""
+    plan.put_meta(member_id, meta)
+    if base is None:
+        bump = not replaced
+    else:
+        bump = (base.subscribed_topic_names != meta.subscribed_topic_names
+                or base.subscribed_topic_regex != meta.subscribed_topic_regex
+                or base.server_assignor != meta.server_assignor
+                or base.rack_id != meta.rack_id)
+    if bump:
+        plan.refresh_subscriptions()
+        plan.bump()
+
+
+def ensure_target(plan: Plan) -> None:
+    if plan.epoch > plan.target_epoch:
+        plan.compute_target()
+
+
+def heartbeat_response(plan: Plan, member_id: str, cur, nxt, owned, joining: bool):
+    """Kafka's rule: the assignment travels when it changed in this heartbeat, when the
+    member (re)joins, or when the partitions it reports differ from it."""
+    send = joining or nxt.assigned != cur.assigned or (owned is not None
+                                                      and owned != nxt.assigned)
+    assignment = None
+    if send:
+        assignment = m.ConsumerGroupHeartbeatResponseAssignment(
+            topic_partitions=plan.topic_partitions(
+                nxt.assigned, m.ConsumerGroupHeartbeatResponseTopicPartitions))
+    return m.ConsumerGroupHeartbeatResponse(
+        member_id=member_id, member_epoch=nxt.epoch,
+        heartbeat_interval_ms=plan.shard.config.consumer_heartbeat_interval_ms,
+        assignment=assignment)
+
+
+# ====================================================================== handlers
+def consumer_group_heartbeat(shard, req, ctx) -> Result:
+    fast = _steady_heartbeat(shard, req, ctx)
+    if fast is not None:
+        return fast
+    try:
+        validate_heartbeat(shard.config, req, ctx.version)
+        if req.member_epoch < 0:
+            return _leave(shard, req, ctx)
+        return _heartbeat(shard, req, ctx)
+    except Reject as rej:
+        return Result(m.ConsumerGroupHeartbeatResponse(error_code=rej.code,
+                                                       error_message=rej.message))
+
+
+def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
+    """The hot path: a STABLE member at the target epoch that changes nothing (optional
+    fields null or equal to what the coordinator has; owned partitions, if reported, exactly
+    its assignment). A few dict and attribute reads, one response, one session-timer op, no
+    record. Anything else takes the general path, which gives the same answer."""
+    g = shard.groups.get(req.group_id)
+    if g.__class__ is not ConsumerGroup:
+        return None
+    mem = g.members.get(req.member_id)
+    if mem is None:
+        return None
+    a = mem.a
+    epoch = a.epoch
+    if (req.member_epoch != epoch or epoch != g.target_epoch or g.epoch != epoch
+            or a.state != STABLE):
+        return None
+    owned = req.topic_partitions
+    if owned is not None and not _owns_exactly(g.topic_ix, owned, a.assigned):
+        return None                    # the response must carry the assignment
+    meta = mem.meta
+    if ((req.subscribed_topic_names is not None
+         and req.subscribed_topic_names != meta.subscribed_topic_names)
+            or (req.subscribed_topic_regex is not None
+                and req.subscribed_topic_regex != (meta.subscribed_topic_regex or ""))
+            or (req.instance_id is not None and req.instance_id != meta.instance_id)
+            or (req.rack_id is not None and req.rack_id != meta.rack_id)
+            or (req.server_assignor is not None and req.server_assignor != meta.server_assignor)
+            or (req.rebalance_timeout_ms != -1
+                and req.rebalance_timeout_ms != meta.rebalance_timeout_ms)
+            or ctx.client_id != meta.client_id or ctx.client_host != meta.client_host):
+        return None
+    cfg = shard.config
+    return Result(m.ConsumerGroupHeartbeatResponse(
+        member_id=req.member_id, member_epoch=epoch,
+        heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms),
+        (), ((mem.session_key, ctx.now_ms + cfg.consumer_session_timeout_ms),))
+
+
+def _owns_exactly(topic_ix: dict, owned, assigned: frozenset) -> bool:
+    units = []
+    for tp in owned:
+        ix = topic_ix.get(tp.topic_id)
+        if ix is None:
+            if tp.partitions:
+                return False
+            continue
+        b = ix << 32
+        units.extend(b | p for p in tp.partitions)
+    return len(units) == len(assigned) and frozenset(units) == assigned
+
+
+def _heartbeat(shard, req, ctx) -> Result:
+    epoch = req.member_epoch
+    joining = epoch == JOIN_EPOCH
+    plan = Plan.open(shard, req.group_id, ctx.now_ms, create=joining)
+    check_group_size(plan, req.member_id)
+    member_id = req.member_id or new_member_id(plan)
+    owned = EMPTY_SET if joining else plan.owned_units(req.topic_partitions)
+    base = find_member(plan, member_id, epoch, req.instance_id, owned)
+    replaced = member_id in plan.fresh
+    update_member(plan, member_id, base, updated_meta(base, req, ctx), replaced)
+    ensure_target(plan)
+    cur, nxt = plan.reconcile(member_id, owned)
+    plan.timers.append((TimerKey(SESSION_TIMER, plan.group_id, member_id),
+                        ctx.now_ms + shard.config.consumer_session_timeout_ms))
+    return plan.result(heartbeat_response(plan, member_id, cur, nxt, owned, joining))
+
+
+def _leave(shard, req, ctx) -> Result:
+    """Epoch -1: the member leaves (removed, epoch bump). Epoch -2: a static member leaves
+    for a while: it keeps its assignment (pending revocations dropped) at epoch -2."""
+    plan = Plan.open(shard, req.group_id, ctx.now_ms, create=False)
+    g = plan.group
+    if req.instance_id is None:
+        mem = g.members.get(req.member_id)
+        if mem is None:
+            raise Reject(_E.UNKNOWN_MEMBER_ID, "Member %s is not a member of group %s."
+                         % (req.member_id, req.group_id))
+    else:
+        holder_id = g.static.get(req.instance_id)
+        if holder_id is None:
+            raise Reject(_E.UNKNOWN_MEMBER_ID, "Instance id %s is unknown." % req.instance_id)
+        if holder_id != req.member_id:
+            raise Reject(_E.FENCED_INSTANCE_ID, "The static member %s with instance id %s was "
+                         "fenced by member %s." % (req.member_id, req.instance_id, holder_id))
+        mem = g.members[holder_id]
+    mid = mem.member_id
+    if req.member_epoch == STATIC_LEAVE_EPOCH:
+        plan.put_assignment(mid, mem.a._replace(epoch=STATIC_LEAVE_EPOCH,
+                                                pending_revocation=EMPTY_SET))
+        plan.timers.append((_revocation_key(plan.group_id, mid), None))
+    else:
+        plan.fence(mid)
+    return plan.result(m.ConsumerGroupHeartbeatResponse(member_id=mid,
+                                                        member_epoch=req.member_epoch))
+
+
+def consumer_group_describe(shard, req, ctx) -> Result:
+    out = []
+    for gid in req.group_ids:
+        g = shard.groups.get(gid)
+        if g is None:
+            out.append(m.ConsumerGroupDescribeResponseDescribedGroup(
+                error_code=int(_E.GROUP_ID_NOT_FOUND), group_id=gid,
+                error_message="Group %s not found." % gid))
+        elif not isinstance(g, ConsumerGroup):
+            out.append(m.ConsumerGroupDescribeResponseDescribedGroup(
+                error_code=int(_E.GROUP_ID_NOT_FOUND), group_id=gid,
+                error_message="Group %s is not a consumer group." % gid))
+        else:
+            out.append(_describe(g, shard.topics))
+    return Result(m.ConsumerGroupDescribeResponse(groups=out))
+
+
+def _describe(g: ConsumerGroup, catalog):
+    names = {tid: n for n, (tid, _) in g.topic_meta.items()}
+    names.update((t.topic_id, t.name) for t in catalog.by_id.values())
+
+    def assignment(units):
+        by: dict = {}
+        for tid, p in g.external(units):
+            by.setdefault(tid, []).append(p)
+        return m.ConsumerGroupDescribeResponseAssignment(topic_partitions=[
+            m.ConsumerGroupDescribeResponseTopicPartitions(
+                topic_id=tid, topic_name=names.get(tid, ""), partitions=ps)
+            for tid, ps in by.items()])
+
+    members = []
+    for mid in sorted(g.members):
+        mem = g.members[mid]
+        meta = mem.meta
+        members.append(m.ConsumerGroupDescribeResponseMember(
+            member_id=mid, instance_id=meta.instance_id, rack_id=meta.rack_id,
+            member_epoch=mem.a.epoch, client_id=meta.client_id, client_host=meta.client_host,
+            subscribed_topic_names=list(meta.subscribed_topic_names),
+            subscribed_topic_regex=meta.subscribed_topic_regex,
+            assignment=assignment(mem.a.assigned),
+            target_assignment=assignment(g.targets.get(mid, EMPTY_SET)),
+            member_type=MEMBER_TYPE_CONSUMER))
+    return m.ConsumerGroupDescribeResponseDescribedGroup(
+        group_id=g.group_id, group_state=g.state_name(), group_epoch=g.epoch,
+        assignment_epoch=g.target_epoch, assignor_name=g.preferred_assignor(),
+        members=members)
+
+
+# ====================================================================== timers
+def _session_expired(shard, key: TimerKey, now_ms: int) -> Result:
+    g = shard.groups.get(key.group_id)
+    if not isinstance(g, ConsumerGroup) or key.member_id not in g.members:
+        return EMPTY
+    plan = Plan(shard, key.group_id, g, now_ms)
+    plan.fence(key.member_id)
+    return plan.result(None)
+
+
+def _revocation_expired(shard, key: TimerKey, now_ms: int) -> Result:
+    g = shard.groups.get(key.group_id)
+    if not isinstance(g, ConsumerGroup):
+        return EMPTY
+    mem = g.members.get(key.member_id)
+    if mem is None or mem.a.state != UNREVOKED or mem.a.epoch < 0:
+        return EMPTY
+    plan = Plan(shard, key.group_id, g, now_ms)
+    plan.fence(key.member_id)
+    return plan.result(None)
+
+
+def on_topics_changed(shard, now_ms: int) -> Result:
+    """The catalog changed: bump the epoch of every consumer group whose subscribed topics'
+    metadata (ids, partition counts, regex matches) changed."""
+    records: list = []
+    for gid in sorted(shard.groups):
+        g = shard.groups[gid]
+        if isinstance(g, ConsumerGroup) and g.members:
+            plan = Plan(shard, gid, g, now_ms)
+            if plan.refresh_subscriptions():
+                records.extend(plan.records)
+    return Result(None, tuple(records)) if records else EMPTY
+
+
+# ====================================================================== replay
+def _group(shard, group_id: str, create: bool) -> Optional[ConsumerGroup]:
+    g = shard.groups.get(group_id)
+    if g is None and create:
+        g = shard.groups[group_id] = ConsumerGroup(group_id, shard.config)
+    return g if isinstance(g, ConsumerGroup) else None
+
+
+def _replay_group_metadata(shard, key, value) -> None:
+    if value is None:
+        if isinstance(shard.groups.get(key.group_id), ConsumerGroup):
+            del shard.groups[key.group_id]
+        return
+    g = _group(shard, key.group_id, True)
+    if g is not None:
+        g.epoch = value.epoch
+
+
+def _replay_partition_metadata(shard, key, value) -> None:
+    g = _group(shard, key.group_id, value is not None)
+    if g is not None:
+        g.topic_meta = {} if value is None else {
+            t.topic_name: (t.topic_id, t.num_partitions) for t in value.topics}
+
+
+def _replay_member_metadata(shard, key, value) -> None:
+    g = _group(shard, key.group_id, value is not None)
+    if g is None:
+        return
+    if value is None:
+        g.remove(key.member_id)
+    else:
+        g.set_meta(key.member_id, value)
+
+
+def _replay_target_member(shard, key, value) -> None:
+    g = _group(shard, key.group_id, value is not None)
+    if g is None:
+        return
+    if value is None:
+        g.targets.pop(key.member_id, None)
+    else:
+        g.targets[key.member_id] = g.units_of(value.topic_partitions)
+
+
+def _replay_target_metadata(shard, key, value) -> None:
+    g = _group(shard, key.group_id, value is not None)
+    if g is not None:
+        g.target_epoch = 0 if value is None else value.assignment_epoch
+
+
+def _replay_current_assignment(shard, key, value) -> None:
+    g = _group(shard, key.group_id, value is not None)
+    if g is None:
+        return
+    if value is None:
+        if key.member_id in g.members:
+            g.set_assignment(key.member_id, NEW_MEMBER)
+        return
+    g.set_assignment(key.member_id, MemberAssignment(
+        value.member_epoch, value.previous_member_epoch, value.state,
+        g.units_of(value.assigned_partitions), g.units_of(value.partitions_pending_revocation)))
+
+
+API_HANDLERS = {68: consumer_group_heartbeat, 69: consumer_group_describe}
+
+REPLAYERS = {
+    RecordType.CONSUMER_GROUP_METADATA: _replay_group_metadata,
+    RecordType.CONSUMER_GROUP_PARTITION_METADATA: _replay_partition_metadata,
+    RecordType.CONSUMER_GROUP_MEMBER_METADATA: _replay_member_metadata,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: _replay_target_member,
+    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: _replay_target_metadata,
+    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: _replay_current_assignment,
+}
+
+TIMER_KINDS = {SESSION_TIMER: _session_expired, REVOCATION_TIMER: _revocation_expired}
