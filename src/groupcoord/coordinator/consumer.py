@@ -521,38 +521,64 @@ class Plan:
         ppt = np.array([catalog.by_name[n].partitions for n in topics], dtype=np.int32)
         base = assignors.topic_base(ppt).tolist()
         name = _preferred_assignor(metas, self.group_assignors(), self.default_assignor())
-        owners = _run_assignor(name, ppt, _csr(subs, topics), self._current_owners(
-            mids, tids, ppt, base), metas) if mids else None
-        per: list = [[] for _ in mids]
-        if owners is not None:
-            owner_list = owners.tolist()
-            for ti, tid in enumerate(tids):
-                gi = self.topic_index(tid)
-                b = base[ti]
-                for p in range(base[ti + 1] - b):
-                    o = owner_list[b + p]
-                    if o >= 0:
-                        per[o].append(unit(gi, p))
+        gix = np.array([self.topic_index(t) for t in tids], dtype=np.int64)
+        current = self._current_owners(mids, gix, ppt, base)
+        owners = _run_assignor(name, ppt, _csr(subs, topics), current, metas) if mids \
+            else current
+        # Delta: only members that gained or lost a unit get a new target (and a record).
+        moved = owners != current
+        changed = np.union1d(owners[moved], current[moved])
+        changed = changed[changed >= 0].tolist() + self._dropped
         for i, mid in enumerate(mids):
-            new = frozenset(per[i])
-            if self.target(mid) != new:
-                self.put_target(mid, new)
+            if self.target(mid) is None:
+                changed.append(i)          # a member with no target yet gets one, even empty
+        if changed:
+            n_units = int(base[-1])
+            ti = np.repeat(np.arange(len(tids)), ppt)
+            keys = (gix[ti] << 32) | (np.arange(n_units, dtype=np.int64)
+                                     - np.asarray(base[:-1], dtype=np.int64)[ti])
+            order = np.argsort(owners, kind="stable")
+            bounds = np.searchsorted(owners[order], np.arange(len(mids) + 1))
+            for i in sorted(set(changed)):
+                new = frozenset(keys[order[bounds[i]:bounds[i + 1]]].tolist())
+                if self.target(mids[i]) != new:
+                    self.put_target(mids[i], new)
         self.records.append(Record(
             m.ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
             m.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=self.epoch)))
         self.target_epoch = self.epoch
 
-    def _current_owners(self, mids, tids, ppt, base) -> np.ndarray:
+    def _current_owners(self, mids, gix, ppt, base) -> np.ndarray:
         """The previous target as an owner array in this computation's indices (members in
-        id order, topics by name); partitions that no longer exist are dropped."""
-        current = np.full(base[-1], -1, dtype=np.int32)
-        dense_by_tid = {t: i for i, t in enumerate(tids)}
+        id order, topics by name; ``gix``: the group's unit index of each topic);
+        partitions that no longer exist are dropped. Vectorised: one pass in C over the
+        members' unit sets."""
+        n_units = int(base[-1])
+        current = np.full(n_units, -1, dtype=np.int32)
+        units, who = [], []
         for i, mid in enumerate(mids):
-            for u in self.target(mid) or ():
-                ix, p = unit_parts(u)
-                ti = dense_by_tid.get(self.topic_id(ix))
-                if ti is not None and p < ppt[ti]:
-                    current[base[ti] + p] = i
+            t = self.target(mid)
+            if t:
+                units.append(np.fromiter(t, dtype=np.int64, count=len(t)))
+                who.append(np.full(len(t), i, dtype=np.int32))
+        self._dropped = []
+        if not units:
+            return current
+        if not len(gix):
+            self._dropped = sorted({int(x[0]) for x in who})
+            return current
+        u = np.concatenate(units)
+        w = np.concatenate(who)
+        lut = np.full(int(max(gix.max(), (u >> 32).max())) + 1, -1, dtype=np.int64)
+        lut[gix] = np.arange(len(gix))
+        ti = lut[u >> 32]
+        p = u & 0xFFFFFFFF
+        ok = ti >= 0
+        ok[ok] &= p[ok] < np.asarray(ppt, dtype=np.int64)[ti[ok]]
+        current[np.asarray(base, dtype=np.int64)[ti[ok]] + p[ok]] = w[ok]
+        # Members that held units which no longer exist must get a new target even when the
+        # assignor leaves everything else in place.
+        self._dropped = np.unique(w[~ok]).tolist()
         return current
 
     def group_assignors(self) -> tuple:
