@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import sys
 import time
@@ -181,25 +180,10 @@ def converge(shard, group, clients, now, max_rounds=50):
 
 
 def bench_consumer_noop(shard, group, clients, seconds, now) -> float:
+    from connect_worker import noop_rate
     reqs = [m.ConsumerGroupHeartbeatRequest(group_id=group, member_id=c.member_id,
                                             member_epoch=c.epoch) for c in clients]
-    handle, apply = shard.handle, shard.apply
-    # correctness first: a no-op heartbeat writes nothing and returns no assignment
-    r = handle(reqs[0], now, 1)
-    assert r.records == () and r.response.error_code == 0 and r.response.assignment is None, r
-    n = 0
-    gc.disable()
-    t0 = time.perf_counter()
-    deadline = t0 + seconds
-    while True:
-        for q in reqs:
-            apply(handle(q, now, 1))
-        n += len(reqs)
-        if time.perf_counter() >= deadline:
-            break
-    dt = time.perf_counter() - t0
-    gc.enable()
-    return n / dt
+    return noop_rate(shard, reqs, 1, seconds, now)
 
 
 def bench_floor(member_ids, seconds) -> float:

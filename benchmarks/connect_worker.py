@@ -110,23 +110,28 @@ class WorkerSim:
     def bench_noop(self, seconds, now) -> float:
         reqs = [m.ConnectGroupHeartbeatRequest(group_id=self.group, member_id=w,
                                                member_epoch=self.epoch[w]) for w in self.ids]
-        handle, apply = self.shard.handle, self.shard.apply
-        r = handle(reqs[0], now, 0)
-        assert r.records == () and r.response.error_code == 0 and r.response.assignment is None
-        n = 0
-        gc.disable()
-        t0 = time.perf_counter()
-        deadline = t0 + seconds
-        while True:
-            for q in reqs:
-                apply(handle(q, now, 0))
-            n += len(reqs)
-            if time.perf_counter() >= deadline:
-                break
-        dt = time.perf_counter() - t0
-        gc.enable()
-        return n / dt
+        return noop_rate(self.shard, reqs, 0, seconds, now)
 
+
+def noop_rate(shard, reqs, version, seconds, now) -> float:
+    """Heartbeats handled + applied per second, cycling through ``reqs`` (each checked to be
+    a no-op first: no record, no error, no assignment)."""
+    handle, apply = shard.handle, shard.apply
+    r = handle(reqs[0], now, version)
+    assert r.records == () and r.response.error_code == 0 and r.response.assignment is None, r
+    n = 0
+    gc.disable()
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    while True:
+        for q in reqs:
+            apply(handle(q, now, version))
+        n += len(reqs)
+        if time.perf_counter() >= deadline:
+            break
+    dt = time.perf_counter() - t0
+    gc.enable()
+    return n / dt
 
 def stable_records(group, n_workers, n_connectors, tasks_per):
     """The records of a stable connect group (what its log holds after convergence): every
