@@ -728,9 +728,15 @@ def _park_join(tx: _Tx, member_id: str) -> Result:
 
 # ---------------------------------------------------------------------------- JoinGroup
 def _join_other_type(shard, group, req, ctx: RequestContext) -> Result:
-    """JoinGroup for a consumer/connect group. (Migration replaces this function.) The
-    JoinGroup response has no ErrorMessage field: the code alone tells the client."""
-    return Result(_join_error(ctx.version, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+    """JoinGroup for a consumer/connect group: a consumer group takes classic members
+    (migration.py); otherwise INCONSISTENT_GROUP_PROTOCOL."""
+    from groupcoord.coordinator import migration
+    return migration.classic_join(shard, group, req, ctx)
+
+
+def _other_type(g) -> bool:
+    """A group of another type holds the id: migration.py answers for its classic members."""
+    return g is not None and not isinstance(g, ClassicGroup)
 
 
 def _supports(g: Optional[ClassicGroup], protocol_type: str, protocols: tuple,
@@ -869,6 +875,9 @@ def _replace_static(shard, g: ClassicGroup, old_id: str, req, ctx, rt: int,
 def handle_sync(shard, req: m.SyncGroupRequest, ctx: RequestContext) -> Result:
     v, gid = ctx.version, req.group_id
     g = shard.groups.get(gid)
+    if gid and _other_type(g):
+        from groupcoord.coordinator import migration
+        return migration.classic_sync(shard, g, req, ctx)
     err = _member_error(g, gid, req.member_id, req.group_instance_id if v >= 3 else None)
     if not err and req.generation_id != g.generation:
         err = E.ILLEGAL_GENERATION
@@ -931,6 +940,9 @@ def _member_error(g, gid: str, member_id: str, instance_id: Optional[str]) -> in
 # ---------------------------------------------------------------------------- Heartbeat
 def handle_heartbeat(shard, req: m.HeartbeatRequest, ctx: RequestContext) -> Result:
     g = shard.groups.get(req.group_id)
+    if req.group_id and _other_type(g):
+        from groupcoord.coordinator import migration
+        return migration.classic_heartbeat(shard, g, req, ctx)
     err = _member_error(g, req.group_id, req.member_id,
                         req.group_instance_id if ctx.version >= 3 else None)
     if not err and req.generation_id != g.generation:
@@ -962,6 +974,9 @@ def handle_leave(shard, req: m.LeaveGroupRequest, ctx: RequestContext) -> Result
         return Result(m.LeaveGroupResponse(error_code=int(top)))
     codes = []
     tx = None
+    if _other_type(g):
+        from groupcoord.coordinator import migration
+        return migration.classic_leave(shard, g, req, ctx)
     if not isinstance(g, ClassicGroup):
         codes = [E.UNKNOWN_MEMBER_ID] * len(who)
     else:

@@ -210,6 +210,9 @@ class ConsumerGroup(Group):
         mem = self.members.get(member_id)
         if mem is None:
             return int(_E.UNKNOWN_MEMBER_ID)
+        if mem.meta.classic_member_metadata is not None:
+            # A classic member commits with its generation (= member epoch), any version.
+            return int(_E.ILLEGAL_GENERATION) if generation_or_epoch != mem.a.epoch else 0
         if version < 9:
             return int(_E.UNSUPPORTED_VERSION)
         if generation_or_epoch != mem.a.epoch:
@@ -229,7 +232,7 @@ class ConsumerGroup(Group):
     def rearm(self, now_ms: int) -> list:
         ops = []
         for mem in self.members.values():
-            ops.append((mem.session_key, now_ms + self.session_ms))
+            ops.append((mem.session_key, now_ms + session_ms(mem.meta, self.session_ms)))
             if mem.a.state == UNREVOKED and mem.a.epoch >= 0:
                 ops.append((_revocation_key(self.group_id, mem.member_id),
                             now_ms + max(mem.meta.rebalance_timeout_ms, 0)))
@@ -256,6 +259,12 @@ class ConsumerGroup(Group):
     def preferred_assignor(self) -> str:
         return _preferred_assignor([mem.meta for mem in self.members.values()],
                                    self.assignor_names, self.default_assignor)
+
+
+def session_ms(meta, default: int) -> int:
+    """A member's session timeout: its classic one if it uses the classic protocol."""
+    cm = meta.classic_member_metadata
+    return cm.session_timeout_ms if cm is not None else default
 
 
 def _add(counter: Counter, key, sign: int) -> None:
@@ -319,6 +328,7 @@ class Plan:
         self.overlay: dict = {}            # topic id -> provisional index
         self.overlay_ids: list = []
         self.bumped = False
+        self.completions: list = []        # (ParkKey, response): parked classic requests
 
     @classmethod
     def open(cls, shard, group_id: str, now_ms: int, create: bool) -> "Plan":
@@ -328,11 +338,12 @@ class Plan:
                 raise Reject(_E.GROUP_ID_NOT_FOUND, "Consumer group %s not found." % group_id)
             return cls(shard, group_id, None, now_ms)
         if not isinstance(g, ConsumerGroup):
-            _other_group_type(shard, g, create)
+            return _other_group_type(shard, g, create, now_ms)
         return cls(shard, group_id, g, now_ms)
 
     def result(self, response) -> Result:
-        return Result(response, tuple(self.records), tuple(self.timers))
+        return Result(response, tuple(self.records), tuple(self.timers),
+                      tuple(self.completions))
 
     # ---------------------------------------------------------------- view
     def member_ids(self) -> list:
@@ -363,7 +374,10 @@ class Plan:
         return self.group.targets.get(mid)
 
     def holders(self):
-        base = self.group.holders if self.group is not None else {}
+        if self.group is None:
+            # A new group; after a migration it already has members holding units.
+            return {u: mid for mid, a in self.assignments.items() for u in a.held}
+        base = self.group.holders
         return _FreedHolders(base, self.removed) if self.removed else base
 
     def topic_index(self, topic_id: bytes) -> int:
@@ -660,10 +674,12 @@ def _run_assignor(name: str, ppt, csr, current, metas) -> np.ndarray:
     return assignors.uniform(ppt, indptr, subs, current)
 
 
-def _other_group_type(shard, group, create: bool):
-    """A group of another type holds the id. Kafka would migrate an empty or classic group
-    here (KIP-848 upgrade); that is added later; for now the request is refused."""
-    raise Reject(_E.GROUP_ID_NOT_FOUND, "Group %s is not a consumer group." % group.group_id)
+def _other_group_type(shard, group, create: bool, now_ms: int) -> "Plan":
+    """A group of another type holds the id: a joining heartbeat may replace an empty classic
+    group or convert a classic consumer group (KIP-848 online upgrade, migration.py);
+    otherwise Reject(GROUP_ID_NOT_FOUND)."""
+    from groupcoord.coordinator import migration
+    return migration.upgrade_plan(shard, group, create, now_ms)
 
 
 # ====================================================================== heartbeat steps
@@ -953,6 +969,7 @@ def _leave(shard, req, ctx) -> Result:
         plan.timers.append((_revocation_key(plan.group_id, mid), None))
     else:
         plan.fence(mid)
+        _after_fence(plan, mid)
     return plan.result(m.ConsumerGroupHeartbeatResponse(member_id=mid,
                                                         member_epoch=req.member_epoch))
 
@@ -1005,6 +1022,12 @@ def _describe(g: ConsumerGroup, catalog):
         members=members)
 
 
+def _after_fence(plan: Plan, member_id: str) -> None:
+    """The last member using the consumer protocol left: maybe downgrade (migration.py)."""
+    from groupcoord.coordinator import migration
+    migration.maybe_downgrade(plan, member_id)
+
+
 # ====================================================================== timers
 def _session_expired(shard, key: TimerKey, now_ms: int) -> Result:
     g = shard.groups.get(key.group_id)
@@ -1012,6 +1035,7 @@ def _session_expired(shard, key: TimerKey, now_ms: int) -> Result:
         return EMPTY
     plan = Plan(shard, key.group_id, g, now_ms)
     plan.fence(key.member_id)
+    _after_fence(plan, key.member_id)
     return plan.result(None)
 
 
@@ -1024,6 +1048,7 @@ def _revocation_expired(shard, key: TimerKey, now_ms: int) -> Result:
         return EMPTY
     plan = Plan(shard, key.group_id, g, now_ms)
     plan.fence(key.member_id)
+    _after_fence(plan, key.member_id)
     return plan.result(None)
 
 
