@@ -985,14 +985,18 @@ def handle_leave(shard, req: m.LeaveGroupRequest, ctx: RequestContext) -> Result
             codes.append(_leave_one(tx, member_id, instance_id))
         if any(c == 0 for c in codes):
             _after_removal(tx)
-    if v < 3:
-        resp = m.LeaveGroupResponse(error_code=int(codes[0]))
-    else:
-        resp = m.LeaveGroupResponse(error_code=0, members=[
-            m.LeaveGroupResponseMemberResponse(member_id=mid, group_instance_id=iid,
-                                               error_code=int(c))
-            for (mid, iid), c in zip(who, codes)])
+    resp = leave_response(v, who, codes)
     return tx.result(resp) if tx is not None else Result(resp)
+
+
+def leave_response(v: int, who, codes) -> m.LeaveGroupResponse:
+    """v0-2 carry one top-level code; v3+ one result per (member id, instance id)."""
+    if v < 3:
+        return m.LeaveGroupResponse(error_code=int(codes[0]))
+    return m.LeaveGroupResponse(error_code=0, members=[
+        m.LeaveGroupResponseMemberResponse(member_id=mid, group_instance_id=iid,
+                                           error_code=int(c))
+        for (mid, iid), c in zip(who, codes)])
 
 
 def _leave_one(tx: _Tx, member_id: str, instance_id: Optional[str]) -> int:

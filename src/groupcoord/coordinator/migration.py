@@ -352,13 +352,7 @@ def classic_leave(shard, g, req, ctx) -> Result:
         if not err:
             plan.fence(mem.member_id)
         codes.append(err)
-    if v < 3:
-        resp = m.LeaveGroupResponse(error_code=int(codes[0]))
-    else:
-        resp = m.LeaveGroupResponse(error_code=0, members=[
-            m.LeaveGroupResponseMemberResponse(member_id=mid, group_instance_id=iid,
-                                               error_code=int(c))
-            for (mid, iid), c in zip(who, codes)])
+    resp = classic.leave_response(v, who, codes)
     return plan.result(resp) if plan is not None else Result(resp)
 
 
