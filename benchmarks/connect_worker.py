@@ -98,6 +98,10 @@ class WorkerSim:
 
     def converge(self, now, max_rounds=20):
         self.join(now)
+        return self.converge_joined(now, max_rounds)
+
+    def converge_joined(self, now, max_rounds=20):
+        """Heartbeat rounds after join() until Stable; -> (rounds, seconds)."""
         rounds = 0
         t0 = time.perf_counter()
         while not self.stable():

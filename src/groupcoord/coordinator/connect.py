@@ -90,7 +90,7 @@ class ConnectGroup(Group):
     def __init__(self, group_id: str):
         self.group_id = group_id
         self.epoch = 0
-        self.members: dict = {}         # member id -> ConnectWorkerGroupMemberMetadataValue
+        self.members = Members()        # member id -> ConnectWorkerGroupMemberMetadataValue
         self.current: dict = {}         # member id -> reconcile.MemberAssignment
         self.holders: dict = {}         # unit -> member id (held units)
         self.target: dict = {}          # member id -> TargetEntry
@@ -192,7 +192,9 @@ class ConnectGroup(Group):
     def rearm(self, now_ms: int) -> list:
         ops = []
         for mid, meta in self.members.items():
-            ops.append((TimerKey(SESSION, self.group_id, mid), now_ms + self.session_ms))
+            cm = meta.classic_member_metadata      # a classic worker keeps its own timeout
+            ops.append((TimerKey(SESSION, self.group_id, mid), now_ms + (
+                self.session_ms if cm is None else cm.session_timeout_ms)))
             cur = self.current.get(mid)
             if cur is not None and cur.state == rc.UNREVOKED and cur.epoch != STATIC_LEAVE:
                 ops.append((TimerKey(REVOCATION, self.group_id, mid),
@@ -207,7 +209,8 @@ class ConnectGroup(Group):
             members[mid] = (meta.instance_id, meta.worker_url, meta.client_id,
                             meta.client_host, meta.rebalance_timeout_ms,
                             tuple((a.name, a.minimum_version, a.maximum_version, a.reason,
-                                   a.version, a.metadata) for a in meta.client_assignors))
+                                   a.version, a.metadata) for a in meta.client_assignors),
+                            meta.classic_member_metadata)
         current = {mid: (a.epoch, a.previous_epoch, a.state, self.names(a.assigned),
                          self.names(a.pending_revocation)) for mid, a in self.current.items()}
         target = {mid: (self.names(t.units), t.version, t.metadata)
@@ -276,30 +279,116 @@ def _rec_config(gid, offset, connectors):
 
 
 # ----------------------------------------------------------------------------- assignors
+def _sig(meta) -> tuple:
+    """A worker's assignor signature: (name, min, max) of each client assignor, in order."""
+    return tuple((a.name, a.minimum_version, a.maximum_version) for a in meta.client_assignors)
+
+
+class Members(dict):
+    """member id -> ConnectWorkerGroupMemberMetadataValue, counting each distinct assignor
+    signature as it changes, so that assignor and worker selection cost O(distinct
+    signatures) per heartbeat instead of O(workers) (a join storm of n workers would
+    otherwise be O(n^2)). Workers of one cluster usually share one signature."""
+    __slots__ = ("sigs",)
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.sigs: Counter = Counter()
+        for k, v in dict(items).items():
+            self[k] = v
+
+    def __setitem__(self, k, v):
+        old = self.get(k)
+        if old is not None:
+            self._drop(old)
+        super().__setitem__(k, v)
+        self.sigs[_sig(v)] += 1
+
+    def __delitem__(self, k):
+        self._drop(self[k])
+        super().__delitem__(k)
+
+    def pop(self, k, *default):
+        if k in self:
+            v = self[k]
+            del self[k]
+            return v
+        if default:
+            return default[0]
+        raise KeyError(k)
+
+    def _drop(self, meta):
+        sig = _sig(meta)
+        n = self.sigs[sig] - 1
+        if n:
+            self.sigs[sig] = n
+        else:
+            del self.sigs[sig]
+
+    def copy(self) -> "Members":
+        c = Members.__new__(Members)
+        dict.update(c, self)
+        c.sigs = Counter(self.sigs)
+        return c
+
+    def without(self, mid) -> "Members":
+        c = self.copy()
+        c.pop(mid, None)
+        return c
+
+
+def _sigs(members: dict) -> Counter:
+    got = getattr(members, "sigs", None)
+    return got if got is not None else Counter(_sig(v) for v in members.values())
+
+
 def select_assignor(members: dict) -> tuple:
     """(assignor name, None) or (None, why). The candidates are the assignors every worker
     lists. Each worker votes for the first candidate in its own list (its precedence order);
     the most votes wins; a tie goes to the tied candidate listed first by the worker with the
-    lowest member id."""
+    lowest member id. Counted over distinct signatures (see Members)."""
+    members = _new_protocol(members)
     if not members:
         return None, None
-    lists = {mid: [a.name for a in meta.client_assignors] for mid, meta in members.items()}
-    common = set.intersection(*(set(v) for v in lists.values()))
+    sigs = _sigs(members)
+    common = set.intersection(*({a[0] for a in sig} for sig in sigs))
     if not common:
+        lists = {mid: [a.name for a in meta.client_assignors] for mid, meta in members.items()}
         return None, "no assignor is supported by every worker (%s)" % ", ".join(
             "%s: %s" % (mid, lists[mid]) for mid in sorted(lists))
-    votes = Counter(next(n for n in v if n in common) for v in lists.values())
+    votes: Counter = Counter()
+    for sig, cnt in sigs.items():
+        votes[next(a[0] for a in sig if a[0] in common)] += cnt
     best = max(votes.values())
-    return next(n for n in lists[min(lists)] if votes.get(n) == best), None
+    tied = [n for n, v in votes.items() if v == best]
+    if len(tied) == 1:
+        return tied[0], None
+    lowest = members[min(members)]
+    return next(a.name for a in lowest.client_assignors if votes.get(a.name) == best), None
+
+
+def _new_protocol(members: dict) -> dict:
+    """The workers that speak ConnectGroupHeartbeat. Classic workers of a migrating group
+    (migration_connect.py) list no assignor (a new-protocol worker always lists one) and never
+    compute the assignment: they cannot call PrepareAssignment."""
+    if () not in _sigs(members):
+        return members
+    return {k: v for k, v in members.items() if v.classic_member_metadata is None}
+
+
+def _range_of(sig: tuple, name: str):
+    for a in sig:
+        if a[0] == name:
+            return a[1], a[2]
+    return None
 
 
 def _ranges(members: dict, name: str) -> dict:
     out = {}
     for mid, meta in members.items():
-        for a in meta.client_assignors:
-            if a.name == name:
-                out[mid] = (a.minimum_version, a.maximum_version)
-                break
+        r = _range_of(_sig(meta), name)
+        if r is not None:
+            out[mid] = r
     return out
 
 
@@ -307,12 +396,21 @@ def _fmt_ranges(ranges: dict) -> str:
     return ", ".join("%s [%d-%d]" % (mid, lo, hi) for mid, (lo, hi) in sorted(ranges.items()))
 
 
+def _bounds(members: dict, name: str) -> tuple:
+    """(lowest minimum, highest maximum) of ``name``'s version ranges over the workers."""
+    rs = [r for r in (_range_of(sig, name) for sig in _sigs(members)) if r is not None]
+    return min(r[0] for r in rs), max(r[1] for r in rs)
+
+
+def _covers(meta, name: str, lo: int, hi: int) -> bool:
+    r = _range_of(_sig(meta), name)
+    return r is not None and r[0] <= lo and r[1] >= hi
+
+
 def _covering(members: dict, name: str) -> list:
     """Workers whose range of ``name`` covers every other worker's range (sorted ids)."""
-    ranges = _ranges(members, name)
-    lo = min(r[0] for r in ranges.values())
-    hi = max(r[1] for r in ranges.values())
-    return sorted(mid for mid, r in ranges.items() if r[0] <= lo and r[1] >= hi)
+    lo, hi = _bounds(members, name)
+    return sorted(mid for mid, meta in members.items() if _covers(meta, name, lo, hi))
 
 
 def _choose(g: ConnectGroup, members: dict, epoch: int, target_epoch: int, now_ms: int,
@@ -325,14 +423,16 @@ def _choose(g: ConnectGroup, members: dict, epoch: int, target_epoch: int, now_m
         computing = g.computing
     gid = g.group_id
     timer = TimerKey(ASSIGNMENT, gid)
-    if epoch <= target_epoch or not members:
+    if epoch <= target_epoch or not _new_protocol(members):
         if computing is not None:
             return (ChooseWorker(group_id=gid, member_id=None),), ((timer, None),), None
         return (), (), None
     name, why = select_assignor(members)
-    cover = _covering(members, name) if name is not None else []
-    if computing in cover and computing != exclude:
+    if name is not None and computing is not None and computing != exclude \
+            and computing in members \
+            and _covers(members[computing], name, *_bounds(members, name)):
         return (), (), None        # the worker in flight still covers everyone: keep it
+    cover = _covering(members, name) if name is not None else []
     if not cover:
         if why is None:
             why = ("no worker supports every other worker's version range of assignor %s: %s"
@@ -371,7 +471,7 @@ def _remove(g: ConnectGroup, mid: str, now_ms: int) -> tuple:
     recs.append(_rec_member(gid, mid, None))
     recs.append(_rec_epoch(gid, g.epoch + 1))
     timers = [(TimerKey(SESSION, gid, mid), None), (TimerKey(REVOCATION, gid, mid), None)]
-    members = {k: v for k, v in g.members.items() if k != mid}
+    members = g.members.without(mid)
     events, ctimers, _ = _choose(g, members, g.epoch + 1, g.target_epoch, now_ms, exclude=mid)
     return tuple(recs) + events, tuple(timers) + ctimers
 
@@ -471,8 +571,10 @@ def _heartbeat(shard, req, ctx) -> Result:
     gid, mid = req.group_id, req.member_id
     g = shard.groups.get(gid)
     if g is not None and g.TYPE != "connect":
-        return _hb_error(E.GROUP_ID_NOT_FOUND,
-                         "group %s is a %s group, not a connect group" % (gid, g.TYPE))
+        # A classic Connect group (or an empty classic group) is upgraded by a joining
+        # worker; anything else answers GROUP_ID_NOT_FOUND (migration_connect.py).
+        from groupcoord.coordinator import migration_connect
+        return migration_connect.upgrade(shard, g, req, ctx)
     if g is None:
         if req.member_epoch != 0:
             return _hb_error(E.UNKNOWN_MEMBER_ID, "group %s has no member %s" % (gid, mid))
@@ -593,7 +695,7 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         assignors_changed = False
     else:
         assignors_changed = base is None or new_meta.client_assignors != base.client_assignors
-        members = dict(g.members)
+        members = g.members.copy()
         if replaced is not None:
             del members[replaced]
         members[mid] = new_meta
@@ -696,10 +798,10 @@ def _check_assignors(members: dict) -> Optional[str]:
     name, why = select_assignor(members)
     if why:
         return why
-    ranges = _ranges(members, name)
-    if max(r[0] for r in ranges.values()) > min(r[1] for r in ranges.values()):
-        return "the version ranges of assignor %s do not overlap: %s" % (name,
-                                                                          _fmt_ranges(ranges))
+    rs = [r for r in (_range_of(sig, name) for sig in _sigs(members)) if r is not None]
+    if max(r[0] for r in rs) > min(r[1] for r in rs):
+        return "the version ranges of assignor %s do not overlap: %s" % (
+            name, _fmt_ranges(_ranges(members, name)))
     return None
 
 
@@ -730,6 +832,9 @@ def _check_chosen(shard, req, resp_cls):
     return g, None
 
 
+_NO_ASSIGNOR = m.ConnectWorkerGroupMemberMetadataValueAssignor()
+
+
 def _prepare(shard, req, ctx) -> Result:
     g, err = _check_chosen(shard, req, m.ConnectGroupPrepareAssignmentResponse)
     if err:
@@ -740,7 +845,8 @@ def _prepare(shard, req, ctx) -> Result:
     out = []
     for mid in sorted(g.members):
         meta = g.members[mid]
-        a = next(a for a in meta.client_assignors if a.name == name)
+        # A classic worker (migration) lists no assignor: it is given version 0, no metadata.
+        a = next((a for a in meta.client_assignors if a.name == name), _NO_ASSIGNOR)
         conns, tasks = g.wire(g.target.get(mid, NO_TARGET).units)
         out.append(M(member_id=mid, member_epoch=g.current[mid].epoch,
                      instance_id=meta.instance_id, worker_url=meta.worker_url,

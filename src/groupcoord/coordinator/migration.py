@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.coordinator import classic, ids
+from groupcoord.coordinator import classic, ids, migration_connect
 from groupcoord.coordinator.consumer import (SESSION_TIMER, ConsumerGroup, Plan, Reject,
                                              check_group_size, ensure_target,
                                              replace_static_member, session_ms, update_member)
@@ -178,6 +178,11 @@ def _convert(plan: Plan, g, members) -> None:
 #   Heartbeat   REBALANCE_IN_PROGRESS while it must rejoin (not STABLE at the group epoch)
 #   LeaveGroup  removed like a consumer member that leaves (epoch bump)
 
+def _is_connect(g) -> bool:
+    """Classic workers of a connect group are migration_connect.py's."""
+    return getattr(g, "TYPE", None) == "connect"
+
+
 def uses_classic(mem) -> bool:
     return mem is not None and mem.meta.classic_member_metadata is not None
 
@@ -190,6 +195,8 @@ def chosen_protocol(meta) -> tuple:
 
 def classic_join(shard, g, req, ctx) -> Result:
     """JoinGroup into a consumer group (classic.handle_join's hook for other group types)."""
+    if _is_connect(g):
+        return migration_connect.classic_join(shard, g, req, ctx)
     v = ctx.version
     if not isinstance(g, ConsumerGroup):
         return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
@@ -281,6 +288,8 @@ def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
 
 
 def classic_sync(shard, g, req, ctx) -> Result:
+    if _is_connect(g):
+        return migration_connect.classic_sync(shard, g, req, ctx)
     v = ctx.version
     if not isinstance(g, ConsumerGroup):
         return Result(m.SyncGroupResponse(error_code=int(E.UNKNOWN_MEMBER_ID)))
@@ -320,6 +329,8 @@ def _name_of(g, tid: bytes) -> str:
 
 
 def classic_heartbeat(shard, g, req, ctx) -> Result:
+    if _is_connect(g):
+        return migration_connect.classic_heartbeat(shard, g, req, ctx)
     if not isinstance(g, ConsumerGroup):
         return Result(m.HeartbeatResponse(error_code=int(E.UNKNOWN_MEMBER_ID)))
     mem, err = _classic_member(g, req.member_id,
@@ -337,6 +348,8 @@ def classic_heartbeat(shard, g, req, ctx) -> Result:
 
 
 def classic_leave(shard, g, req, ctx) -> Result:
+    if _is_connect(g):
+        return migration_connect.classic_leave(shard, g, req, ctx)
     v = ctx.version
     who = [(mi.member_id, mi.group_instance_id) for mi in req.members] if v >= 3 \
         else [(req.member_id, None)]

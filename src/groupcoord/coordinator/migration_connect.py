@@ -1,0 +1,426 @@
+"""Online migration between classic Connect groups and connect worker groups.
+
+The connect counterpart of migration.py (docs/coordinator-migration.md, "Connect groups"):
+
+  classic, Empty (any protocol type) --ConnectGroupHeartbeat epoch 0--> connect group (the
+                                                                        classic group is
+                                                                        tombstoned)
+  classic, workers, protocol type    --ConnectGroupHeartbeat epoch 0--> connect group: every
+  "connect"                                                             classic worker becomes a
+                                                                        member "using the classic
+                                                                        protocol", then the
+                                                                        heartbeat joins as usual
+  classic, anything else             --ConnectGroupHeartbeat----------> GROUP_ID_NOT_FOUND
+
+Upgrade records, in order: the GroupMetadata tombstone; per classic worker its member metadata
+(url from its ConnectWorkerMetadata, no client assignors, classic_member_metadata = session
+timeout + the protocols it offered); the group epoch (= the classic generation); per worker its
+target (= what it owns); the target metadata at the generation; per worker its current
+assignment (STABLE at the generation). The coordinator knows no connector configuration yet
+(config offset -1): the joiner's ConfigState bumps the epoch and a new-protocol worker
+computes. Then the joining heartbeat is handled by connect.py on the converted group.
+
+What a classic worker owns: eager "default" (v0) assignments are complete; the incremental
+protocols (v1 "compatible", v2 "sessioned") send deltas, so a worker owns its join-time
+allocation (in its metadata) plus what its last SyncGroup assigned minus what it revoked.
+Classic Connect assignments list a connector itself as task id -1 (ConnectProtocol's
+CONNECTOR_TASK); our units use sub = task + 1, so the connector (-1) is sub 0.
+
+Classic workers inside a connect group (classic.py routes JoinGroup/SyncGroup/Heartbeat/
+LeaveGroup for a connect group here, through migration.py):
+  JoinGroup   answered at once: generation = member epoch (after reconciling towards the
+              target with what it owns), leader = the new-protocol worker last chosen to
+              compute (never itself: it must not run an assignor), no members
+  SyncGroup   its assignment as a ConnectWorkerAssignment in its protocol's version: v0 the
+              full set; v1+ the units newly assigned since its join and the ones to revoke
+  Heartbeat   REBALANCE_IN_PROGRESS while it is not STABLE at the target epoch, else NONE
+  LeaveGroup  removed like a leaving worker (epoch bump)
+Classic workers never compute the target: connect.py's worker selection only considers
+members without classic_member_metadata.
+
+Handlers only: every change is expressed as connect records replayed by connect.py.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Optional
+
+from groupcoord.coordinator import classic, connect, ids
+from groupcoord.coordinator import reconcile as rc
+from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.result import Result, TimerKey
+from groupcoord.protocol import embedded
+from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode as E
+
+__all__ = ["upgrade", "classic_join", "classic_sync", "classic_heartbeat", "classic_leave",
+           "uses_classic", "CONNECT_PROTOCOL_TYPE"]
+
+CONNECT_PROTOCOL_TYPE = "connect"
+CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
+_Classic = m.ConnectWorkerGroupMemberMetadataValueClassicMemberMetadata
+_Proto = m.ConnectWorkerGroupMemberMetadataValueClassicProtocol
+_CTL = m.ConnectWorkerAssignmentConnectorTaskList
+
+
+def uses_classic(meta) -> bool:
+    return meta is not None and meta.classic_member_metadata is not None
+
+
+class _Refused(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# ====================================================================== (connector, task) pairs
+def _pairs(ctls) -> list:
+    """ConnectorTaskList entries -> [(connector, task id or -1)] in order."""
+    return [(c.connector, t) for c in ctls or () for t in c.tasks]
+
+
+def _wire(pairs) -> tuple:
+    """Pairs -> (connector names, [(connector, task ids)]) sorted, as connect records want."""
+    conns, tasks = set(), {}
+    for c, t in pairs:
+        if t == CONNECTOR_TASK:
+            conns.add(c)
+        else:
+            tasks.setdefault(c, set()).add(t)
+    return sorted(conns), [(c, sorted(tasks[c])) for c in sorted(tasks)]
+
+
+def _ctl(g, units) -> list:
+    """Units -> ConnectorTaskList entries (connector as task -1), sorted."""
+    by: dict = {}
+    for name, t in g.names(units):
+        by.setdefault(name, []).append(t)
+    return [_CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
+
+
+def _units(g, pairs) -> frozenset:
+    """Pairs -> units of ``g`` (unknown connectors -> connect.UNKNOWN_UNIT). Lookup only."""
+    look = g._cidx.get
+    out = set()
+    for c, t in pairs:
+        i = look(c, -1)
+        out.add(rc.unit(i, t + 1) if i >= 0 and t >= CONNECTOR_TASK else connect.UNKNOWN_UNIT)
+    return frozenset(out)
+
+
+def _protocol_version(name: str, metadata: bytes) -> int:
+    try:
+        return min(embedded.decode_connect_metadata(metadata)[0],
+                   m.ConnectWorkerAssignment.VERSIONS[1])
+    except Exception:
+        return {"compatible": 1, "sessioned": 2}.get(name, 0)
+
+
+def _allocation_pairs(metadata: bytes) -> list:
+    """What a v1+ worker says it owns in its JoinGroup metadata (allocation)."""
+    version, wm = embedded.decode_connect_metadata(metadata)
+    if version < 1 or not wm.allocation:
+        return []
+    return _pairs(embedded.decode_connect_assignment(wm.allocation)[1].assignment)
+
+
+# ====================================================================== upgrade
+def upgrade(shard, group, req, ctx) -> Result:
+    """ConnectGroupHeartbeat (already validated) for a group id held by a non-connect group."""
+    gid = req.group_id
+    if req.member_epoch != 0 or not isinstance(group, classic.ClassicGroup):
+        return connect._hb_error(E.GROUP_ID_NOT_FOUND, "group %s is a %s group, not a connect "
+                                 "group" % (gid, group.TYPE))
+    why = connect._validate_first_heartbeat(req)
+    if why:
+        return connect._hb_error(E.INVALID_REQUEST, why)
+    if group.members and group.protocol_type() != CONNECT_PROTOCOL_TYPE:
+        return connect._hb_error(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a "
+                                 "connect group: its protocol type is %r, not 'connect'."
+                                 % (gid, group.protocol_type()))
+    cfg = shard.config
+    if len(group.members) >= cfg.connect_max_size:
+        return connect._hb_error(E.GROUP_MAX_SIZE_REACHED, "group %s has reached its maximum "
+                                 "size of %d workers" % (gid, cfg.connect_max_size))
+    try:
+        decoded = [(mb, _decode_worker(group, mb)) for mb in group.members.values()]
+    except _Refused as ref:
+        return connect._hb_error(ref.code, ref.message)
+    drop = SimpleNamespace(records=[], completions=[], timers=[])
+    from groupcoord.coordinator import migration      # its classic-group tombstone helper
+    migration._drop_classic(drop, group)
+    recs = list(drop.records)
+    timers = list(drop.timers)
+    if decoded:
+        recs += _convert(group, decoded)
+        timers += [(TimerKey(connect.SESSION, gid, mb.member_id),
+                    ctx.now_ms + mb.session_timeout) for mb, _ in decoded]
+    view = _view(shard, gid, recs)
+    res = connect._join_or_heartbeat(view, req, ctx, cfg)
+    if res.response.error_code not in (0, E.COMPUTE_ASSIGNMENT):
+        return res                  # the join is refused: the classic group stays as it was
+    return Result(res.response, tuple(recs) + tuple(res.records),
+                  tuple(timers) + tuple(res.timers), tuple(drop.completions))
+
+
+def _decode_worker(g, mb) -> tuple:
+    """(url, owned pairs) of a classic worker, from its metadata for the group's protocol
+    (its first protocol before any generation) and its last assignment."""
+    md = mb.metadata(g.protocol) if g.protocol is not None else \
+        (mb.protocols[0][1] if mb.protocols else b"")
+    try:
+        version, wm = embedded.decode_connect_metadata(md)
+        owned = _allocation_pairs(md) if version >= 1 else []
+        if mb.assignment:
+            _, a = embedded.decode_connect_assignment(mb.assignment)
+            revoked = set(_pairs(a.revoked))
+            got = _pairs(a.assignment)
+            owned = got if version == 0 else \
+                [p for p in dict.fromkeys(owned + got) if p not in revoked]
+    except Exception as exc:        # any codec error: the bytes are not the Connect protocol
+        raise _Refused(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a connect "
+                       "group: worker %s's metadata or assignment is not a valid Connect "
+                       "protocol message (%s)." % (g.group_id, mb.member_id, exc)) from None
+    return wm.url, owned
+
+
+def classic_meta(url, instance_id, client_id, client_host, rebalance_timeout, session_timeout,
+                 protocols):
+    return m.ConnectWorkerGroupMemberMetadataValue(
+        instance_id=instance_id, worker_url=url, client_id=client_id, client_host=client_host,
+        rebalance_timeout_ms=rebalance_timeout, client_assignors=[],
+        classic_member_metadata=_Classic(
+            session_timeout_ms=session_timeout,
+            supported_protocols=[_Proto(name=n, metadata=md) for n, md in protocols]))
+
+
+def _convert(g, decoded) -> list:
+    gid, gen = g.group_id, g.generation
+    taken: set = set()
+    owned_of = {}
+    for mb, (_, owned) in decoded:
+        mine = []
+        for p in owned:
+            if p not in taken:       # given twice by a faulty leader: the first worker keeps it
+                taken.add(p)
+                mine.append(p)
+        owned_of[mb.member_id] = _wire(mine)
+    recs = [connect._rec_member(gid, mb.member_id, classic_meta(
+        url, mb.instance_id, mb.client_id, mb.client_host, mb.rebalance_timeout,
+        mb.session_timeout, mb.protocols)) for mb, (url, _) in decoded]
+    recs.append(connect._rec_epoch(gid, gen))
+    T = m.ConnectWorkerGroupTargetAssignmentMemberValueConnectorTasks
+    C = m.ConnectWorkerGroupCurrentMemberAssignmentValueConnectorTasks
+    for mid, (conns, tasks) in owned_of.items():
+        recs.append(Record(m.ConnectWorkerGroupTargetAssignmentMemberKey(gid, mid),
+                           m.ConnectWorkerGroupTargetAssignmentMemberValue(
+                               connectors=conns, tasks=[T(connector=c, task_ids=t)
+                                                        for c, t in tasks])))
+    recs.append(connect._rec_target_meta(gid, gen, 0, None, None, -1))
+    for mid, (conns, tasks) in owned_of.items():
+        recs.append(Record(m.ConnectWorkerGroupCurrentMemberAssignmentKey(gid, mid),
+                           m.ConnectWorkerGroupCurrentMemberAssignmentValue(
+                               member_epoch=gen, previous_member_epoch=gen, state=rc.STABLE,
+                               connectors=conns,
+                               tasks=[C(connector=c, task_ids=t) for c, t in tasks])))
+    return recs
+
+
+def _view(shard, gid, recs):
+    """The connect group as the upgrade records leave it, built on a scratch shard by
+    connect.py's own replayers (the live shard is not touched)."""
+    scratch = SimpleNamespace(groups={}, config=shard.config)
+    for r in recs:
+        if not isinstance(r.key, m.GroupMetadataKey):
+            connect.REPLAYERS[r.type](scratch, r.key, r.value)
+    g = scratch.groups.get(gid)
+    if g is None:
+        g = connect.ConnectGroup(gid)
+        g.session_ms = shard.config.connect_session_timeout_ms
+    return g
+
+
+# ====================================================================== classic workers
+def _join_error(v, code, member_id=""):
+    return Result(classic._join_error(v, code, member_id))
+
+
+def _leader(g) -> tuple:
+    """(member id, url) of the new-protocol worker last chosen to compute, or ("", "")."""
+    meta = g.members.get(g.leader) if g.leader is not None else None
+    if meta is None or uses_classic(meta):
+        return "", ""
+    return g.leader, meta.worker_url or ""
+
+
+def classic_join(shard, g, req, ctx) -> Result:
+    v, now, cfg = ctx.version, ctx.now_ms, shard.config
+    if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms \
+            <= cfg.group_max_session_timeout_ms:
+        return _join_error(v, E.INVALID_SESSION_TIMEOUT, req.member_id)
+    protocols = tuple((p.name, bytes(p.metadata)) for p in req.protocols)
+    if req.protocol_type != CONNECT_PROTOCOL_TYPE or not protocols:
+        return _join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+    name, md = protocols[0]
+    try:
+        _, wm = embedded.decode_connect_metadata(md)
+        owned_pairs = _allocation_pairs(md)
+    except Exception:               # not ConnectProtocol metadata
+        return _join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+    instance = req.group_instance_id if v >= 5 else None
+    rt = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms >= 0 \
+        else req.session_timeout_ms
+    gid, mid = g.group_id, req.member_id
+    if mid:
+        meta = g.members.get(mid)
+        if not uses_classic(meta):
+            return _join_error(v, E.UNKNOWN_MEMBER_ID, mid)
+        if instance is not None and meta.instance_id != instance:
+            return _join_error(v, E.FENCED_INSTANCE_ID, mid)
+        cur = g.current[mid]
+    else:
+        if instance is not None and instance in g.static:
+            # Replacing a static worker under a new id is not supported for classic workers.
+            return _join_error(v, E.FENCED_INSTANCE_ID)
+        if len(g.members) >= cfg.connect_max_size:
+            return _join_error(v, E.GROUP_MAX_SIZE_REACHED)
+        prefix = instance if instance is not None else ctx.client_id
+        mid = ids.generated_id(gid, now, g.epoch, len(g.members), prefix)
+        if prefix:
+            mid = "%s-%s" % (prefix, mid)
+        meta, cur = None, rc.NEW_MEMBER
+    new_meta = classic_meta(wm.url, instance if instance is not None else
+                            (meta.instance_id if meta else None), ctx.client_id,
+                            ctx.client_host, rt, req.session_timeout_ms, protocols)
+    recs, timers = [], [(TimerKey(connect.SESSION, gid, mid), now + req.session_timeout_ms)]
+    if new_meta != meta:
+        recs.append(connect._rec_member(gid, mid, new_meta))
+    epoch = g.epoch
+    if meta is None:                # a join bumps the epoch; a new-protocol worker computes
+        epoch += 1
+        recs.append(connect._rec_epoch(gid, epoch))
+        members = dict(g.members)
+        members[mid] = new_meta
+        events, ctimers, _ = connect._choose(g, members, epoch, g.target_epoch, now)
+        recs += events
+        timers += ctimers
+    # Eager (v0) workers revoke everything before joining; v1+ report their allocation.
+    owned = _units(g, owned_pairs) if meta is not None else rc.EMPTY_SET
+    target = g.target.get(mid, connect.NO_TARGET)
+    nxt = rc.next_assignment(cur, g.target_epoch, target.units, owned, g.holders, mid)
+    if nxt != cur or meta is None:
+        recs.append(connect._rec_current(g, mid, nxt))
+    rkey = TimerKey(connect.REVOCATION, gid, mid)
+    if nxt.state == rc.UNREVOKED and (cur.state != rc.UNREVOKED or meta is None):
+        timers.append((rkey, now + rt))
+    elif cur.state == rc.UNREVOKED and nxt.state != rc.UNREVOKED:
+        timers.append((rkey, None))
+    leader, _ = _leader(g)
+    return Result(m.JoinGroupResponse(
+        error_code=0, generation_id=nxt.epoch,
+        protocol_type=CONNECT_PROTOCOL_TYPE if v >= 7 else None, protocol_name=name,
+        leader=leader, skip_assignment=False, member_id=mid, members=[]),
+        tuple(recs), tuple(timers))
+
+
+def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
+    """(member id, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a worker."""
+    if instance is not None:
+        holder = g.static.get(instance)
+        if holder is None:
+            return None, E.UNKNOWN_MEMBER_ID
+        if member_id and holder != member_id:
+            return None, E.FENCED_INSTANCE_ID
+        member_id = holder
+    if not uses_classic(g.members.get(member_id)):
+        return None, E.UNKNOWN_MEMBER_ID
+    return member_id, 0
+
+
+def _session(g, mid, now):
+    cm = g.members[mid].classic_member_metadata
+    return (TimerKey(connect.SESSION, g.group_id, mid), now + cm.session_timeout_ms)
+
+
+def classic_sync(shard, g, req, ctx) -> Result:
+    v = ctx.version
+    mid, err = _classic_member(g, req.member_id, req.group_instance_id if v >= 3 else None)
+    if not err and req.generation_id != g.current[mid].epoch:
+        err = E.ILLEGAL_GENERATION
+    if not err:
+        name, md = (lambda p: (p.name, p.metadata))(
+            g.members[mid].classic_member_metadata.supported_protocols[0])
+        if v >= 5 and (req.protocol_type is not None and
+                       req.protocol_type != CONNECT_PROTOCOL_TYPE or
+                       req.protocol_name is not None and req.protocol_name != name):
+            err = E.INCONSISTENT_GROUP_PROTOCOL
+    if err:
+        return Result(m.SyncGroupResponse(error_code=int(err)))
+    a = g.current[mid]
+    version = _protocol_version(name, md)
+    if version == 0:
+        assigned, revoked = a.assigned, None
+    else:
+        owned = _units(g, _allocation_pairs(md)) - {connect.UNKNOWN_UNIT}
+        assigned, revoked = a.assigned - owned, _ctl(g, owned - a.assigned)
+    leader, url = _leader(g)
+    blob = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
+        error=0, leader=leader, leader_url=url, config_offset=g.config_offset,
+        assignment=_ctl(g, assigned), revoked=revoked, delay=0), version)
+    return Result(m.SyncGroupResponse(
+        error_code=0, assignment=blob,
+        protocol_type=CONNECT_PROTOCOL_TYPE if v >= 5 else None,
+        protocol_name=name if v >= 5 else None), (), (_session(g, mid, ctx.now_ms),))
+
+
+def classic_heartbeat(shard, g, req, ctx) -> Result:
+    mid, err = _classic_member(g, req.member_id,
+                               req.group_instance_id if ctx.version >= 3 else None)
+    if not err and req.generation_id != g.current[mid].epoch:
+        err = E.ILLEGAL_GENERATION
+    if err:
+        return Result(m.HeartbeatResponse(error_code=int(err)))
+    a = g.current[mid]
+    # Rejoin while not converged on the installed target: its JoinGroup reconciles.
+    code = E.REBALANCE_IN_PROGRESS if a.state != rc.STABLE or a.epoch != g.target_epoch \
+        else E.NONE
+    return Result(m.HeartbeatResponse(error_code=int(code)), (),
+                  (_session(g, mid, ctx.now_ms),))
+
+
+def classic_leave(shard, g, req, ctx) -> Result:
+    v = ctx.version
+    who = [(mi.member_id, mi.group_instance_id) for mi in req.members] if v >= 3 \
+        else [(req.member_id, None)]
+    codes, leaving = [], []
+    for member_id, instance in who:
+        mid, err = _classic_member(g, member_id, instance)
+        if not err and mid in leaving:
+            err = E.UNKNOWN_MEMBER_ID
+        if not err:
+            leaving.append(mid)
+        codes.append(err)
+    resp = classic.leave_response(v, who, codes)
+    if not leaving:
+        return Result(resp)
+    recs, timers = remove_members(g, leaving, ctx.now_ms)
+    return Result(resp, recs, timers)
+
+
+def remove_members(g, mids, now) -> tuple:
+    """Records and timers removing several workers at once (one epoch bump)."""
+    gid = g.group_id
+    recs, timers = [], []
+    for mid in mids:
+        recs.append(connect._rec_current(g, mid, None))
+        if mid in g.target:
+            recs.append(connect._rec_target(g, mid, None))
+        recs.append(connect._rec_member(gid, mid, None))
+        timers += [(TimerKey(connect.SESSION, gid, mid), None),
+                   (TimerKey(connect.REVOCATION, gid, mid), None)]
+    recs.append(connect._rec_epoch(gid, g.epoch + 1))
+    members = {k: v for k, v in g.members.items() if k not in mids}
+    computing = None if g.computing in mids else ""
+    events, ctimers, _ = connect._choose(g, members, g.epoch + 1, g.target_epoch, now,
+                                         computing=computing)
+    return tuple(recs) + events, tuple(timers) + ctimers
