@@ -311,3 +311,190 @@ def test_classic_worker_session_expires_on_its_classic_timeout(coord):
         n1 = g_(h).current["N1"]
         h.send(hb("N1", n1.epoch, owned=[lab(x) for x in g_(h).names(n1.assigned)]))
     assert mid not in g_(h).members and "N1" in g_(h).members
+
+
+# ----------------------------------------------------------------------------- downgrade
+def upgraded(coord, plan=(("AC0", "AT1", "AT2"), ("BC0", "BT1")), version=0, **kw):
+    """A classic Connect group upgraded by N1, converged. -> (h, w, classic ids)."""
+    h = coord(**kw)
+    ids, gen = classic_group(h, [list(p) for p in plan], version=version)
+    assert h.send(hb("N1", 0, config=cfg_state())).error_code == E.COMPUTE_ASSIGNMENT
+    w = Worker(h)
+    w.compute("N1", gen)
+    converge(h, w, ids, version=version)
+    return h, w, ids
+
+
+def held(h):
+    """{member: labels it holds (assigned + pending revocation)} of the connect group."""
+    g = g_(h)
+    return {mid: sorted(lab(x) for x in g.names(a.held)) for mid, a in g.current.items()}
+
+
+def assert_downgraded(h, ids, generation, held_before, protocol="default"):
+    g = g_(h)
+    assert g.TYPE == "classic" and g.state_name() == "PreparingRebalance"
+    assert (g.protocol_type(), g.generation, g.protocol) == ("connect", generation, protocol)
+    assert g.leader == min(ids) and list(g.members) == sorted(ids)
+    for mid in ids:
+        mb = g.members[mid]
+        _, a = embedded.decode_connect_assignment(mb.assignment)
+        assert ctl_to_labels(a.assignment) == held_before[mid]
+        assert a.leader == min(ids) and a.config_offset == 1
+        assert mb.session_timeout == SESSION and mb.rebalance_timeout == REBALANCE
+    timers = dict(h.shard.timers.items())
+    assert not any(k.kind.startswith("connect-") for k in timers if k.group_id == "g")
+    assert timers[TimerKey("classic-join", "g")] == h.now + REBALANCE
+    assert all(timers[TimerKey("classic-session", "g", mid)] == h.now + SESSION for mid in ids)
+
+
+def classic_rebalance(h, ids, plan, version=0):
+    """Every worker rejoins (JoinGroup v3 with its id), the leader syncs ``plan``
+    ({member: labels}). -> generation."""
+    parks = [h.send(jreq(mid, url="http://" + mid, version=version), 3) for mid in ids]
+    # The last rejoin completes the barrier: it is answered at once, the others were parked.
+    resps = [p if isinstance(p, m.JoinGroupResponse) else h.completion(p) for p in parks]
+    assert all(r.error_code == 0 for r in resps), resps
+    gen, leader = resps[0].generation_id, resps[0].leader
+    lead = next(r for r in resps if r.member_id == leader)
+    assert sorted(x.member_id for x in lead.members) == sorted(ids)
+    follower = [h.send(sreq(mid, gen), 3) for mid in ids if mid != leader]
+    blobs = {mid: asg_bytes(plan[mid], version) for mid in ids}
+    assert h.send(sreq(leader, gen, blobs), 3).error_code == 0
+    assert all(h.completion(p).error_code == 0 for p in follower)
+    assert g_(h).state_name() == "Stable"
+    return gen
+
+
+def test_last_new_protocol_worker_leaving_downgrades_to_classic(coord):
+    h, w, ids = upgraded(coord)
+    before, epoch = held(h), g_(h).epoch
+    assert before["N1"]                        # N1 runs something the classic rebalance redoes
+    r = h.send(hb("N1", -1))
+    assert r.error_code == 0 and r.member_epoch == -1
+    assert_downgraded(h, ids, epoch + 1, before)
+    # A classic heartbeat now says rejoin; recovery gives the group Stable at the generation.
+    a = h.send(m.HeartbeatRequest(group_id="g", generation_id=epoch + 1, member_id=ids[0]), 3)
+    assert a.error_code == E.REBALANCE_IN_PROGRESS
+    r = h.replayed().groups["g"]
+    assert (r.TYPE, r.state_name(), r.generation, r.protocol) == \
+        ("classic", "Stable", epoch + 1, "default")
+
+
+def test_upgrade_downgrade_classic_rebalance_upgrade_round_trip(coord):
+    h, w, ids = upgraded(coord)
+    epoch = g_(h).epoch
+    h.send(hb("N1", -1))
+    plan = {ids[0]: ["AC0", "AT1", "AT2"], ids[1]: ["BC0", "BT1"]}
+    gen = classic_rebalance(h, ids, plan)
+    assert gen == epoch + 2
+    # A new-protocol worker upgrades the group again, starting from what the rebalance gave.
+    r = h.send(hb("N2", 0, config=cfg_state()))
+    assert r.error_code == E.COMPUTE_ASSIGNMENT and r.member_epoch == gen
+    g = g_(h)
+    assert g.TYPE == "connect" and (g.epoch, g.target_epoch) == (gen + 1, gen)
+    assert current(h, ids[0]) == (gen, rc.STABLE, plan[ids[0]])
+    assert current(h, ids[1]) == (gen, rc.STABLE, plan[ids[1]])
+    w.compute("N2", gen)
+    g = g_(h)
+    assert g.epoch == g.target_epoch and sorted(
+        lab(x) for t in g.target.values() for x in g.names(t.units)) == sorted(ALL)
+
+
+def test_incremental_workers_downgrade_to_what_they_hold(coord):
+    h, w, ids = upgraded(coord, version=1)
+    before, epoch = held(h), g_(h).epoch
+    h.send(hb("N1", -1))
+    assert_downgraded(h, ids, epoch + 1, before, protocol="compatible")
+    for mid in ids:
+        # Their saved metadata's allocation is what they owned at their last JoinGroup; the
+        # revoked list cancels what they gave away since.
+        _, a = embedded.decode_connect_assignment(g_(h).members[mid].assignment)
+        assert not set(ctl_to_labels(a.revoked)) & set(before[mid])
+    # Upgrading straight away (no rejoin) reads back exactly what each worker holds.
+    assert h.send(hb("N2", 0, config=cfg_state())).error_code == E.COMPUTE_ASSIGNMENT
+    for mid in ids:
+        assert current(h, mid)[2] == before[mid]
+
+
+def test_session_expiry_of_the_last_new_protocol_worker_downgrades(coord):
+    from groupcoord.coordinator.config import ShardConfig
+    h, w, ids = upgraded(coord, config=ShardConfig(connect_session_timeout_ms=8_000))
+    before, epoch = held(h), g_(h).epoch
+    for _ in range(4):                 # the classic workers heartbeat, N1 is silent
+        h.advance(3_000)
+        if g_(h).TYPE != "connect":
+            break
+        for mid in ids:
+            a = g_(h).current[mid]
+            h.send(m.HeartbeatRequest(group_id="g", generation_id=a.epoch, member_id=mid), 3)
+    assert "N1" not in g_(h).members
+    g = g_(h)
+    assert g.TYPE == "classic" and g.generation == epoch + 1
+    assert {mid: ctl_to_labels(embedded.decode_connect_assignment(g.members[mid].assignment)[1]
+                               .assignment) for mid in ids} == {mid: before[mid] for mid in ids}
+
+
+def test_fencing_the_last_new_protocol_worker_downgrades(coord):
+    h, w, ids = upgraded(coord)
+    before, epoch = held(h), g_(h).epoch
+    r = h.send(hb("N1", epoch + 5, owned=[]))
+    assert r.error_code == E.FENCED_MEMBER_EPOCH
+    assert_downgraded(h, ids, epoch + 1, before)
+
+
+def test_no_downgrade_while_a_new_protocol_worker_remains(coord):
+    h, w, ids = upgraded(coord)
+    assert h.send(hb("N2", 0)).error_code == 0
+    epoch = g_(h).epoch
+    h.send(hb("N1", -1))
+    g = g_(h)
+    assert g.TYPE == "connect" and "N2" in g.members and g.epoch == epoch + 1
+
+
+def test_no_common_protocol_blocks_the_downgrade_until_a_worker_leaves(coord):
+    h, w, ids = upgraded(coord, plan=(("AC0", "AT1", "AT2", "BC0", "BT1"),))
+    # A classic worker speaking only "sessioned" joins; the first speaks only "default".
+    jr = h.send(jreq(url="http://s", version=2), 3)
+    assert jr.error_code == 0
+    other = jr.member_id
+    h.send(hb("N1", -1))
+    g = g_(h)
+    assert g.TYPE == "connect" and sorted(g.members) == sorted(ids + [other])
+    # Nobody can compute; the "sessioned" worker leaving unblocks it: back to classic.
+    before, epoch = held(h), g.epoch
+    r = h.send(m.LeaveGroupRequest(group_id="g", member_id=other), 0)
+    assert r.error_code == 0
+    assert_downgraded(h, ids, epoch + 1, before)
+    gen = classic_rebalance(h, ids, {ids[0]: list(ALL)})
+    assert gen == epoch + 2
+
+
+def test_downgrade_revokes_what_the_saved_allocation_no_longer_holds(coord):
+    h = coord()
+    # Classic v1 generation: c0 joined owning everything, the leader moved B to c1.
+    parks = [h.send(jreq(url="http://c0", version=1, owned=ALL), 3),
+             h.send(jreq(url="http://c1", version=1, owned=[]), 3)]
+    while not all(h.answered(p) for p in parks):
+        h.advance(DELAY)
+    c0, c1 = [h.completion(p) for p in parks]
+    gen, leader = c0.generation_id, c0.leader
+    blobs = {c0.member_id: asg_bytes([], 1, revoked=["BC0", "BT1"]),
+             c1.member_id: asg_bytes(["BC0", "BT1"], 1)}
+    follower = [r.member_id for r in (c0, c1) if r.member_id != leader][0]
+    park = h.send(sreq(follower, gen), 3)
+    assert h.send(sreq(leader, gen, blobs), 3).error_code == 0
+    assert h.completion(park).error_code == 0
+    ids = [c0.member_id, c1.member_id]
+    assert h.send(hb("N1", 0, config=cfg_state())).error_code == E.COMPUTE_ASSIGNMENT
+    before, epoch = held(h), g_(h).epoch
+    assert before[ids[0]] == ["AC0", "AT1", "AT2"] and before[ids[1]] == ["BC0", "BT1"]
+    h.send(hb("N1", -1))                           # before computing anything
+    assert_downgraded(h, ids, epoch + 1, before, protocol="compatible")
+    _, a = embedded.decode_connect_assignment(g_(h).members[ids[0]].assignment)
+    assert ctl_to_labels(a.revoked) == ["BC0", "BT1"]
+    # c0's saved allocation still lists B: without the revoked list an upgrade would give it
+    # back to c0 (the first worker) while c1 runs it.
+    assert h.send(hb("N2", 0, config=cfg_state())).error_code == E.COMPUTE_ASSIGNMENT
+    assert current(h, ids[0])[2] == ["AC0", "AT1", "AT2"]
+    assert current(h, ids[1])[2] == ["BC0", "BT1"]

@@ -461,9 +461,11 @@ def _lookup(shard, gid):
     return g, None
 
 
-def _remove(g: ConnectGroup, mid: str, now_ms: int) -> tuple:
+def _remove(g: ConnectGroup, mid: str, now_ms: int, cfg=None) -> tuple:
     """Records and timers removing a member (leave, expiry, fencing), with the epoch bump and
-    the choice of another worker if it was computing. -> (records, timers)."""
+    the choice of another worker if it was computing; when only classic workers remain, the
+    group goes back to a classic group (migration_connect.maybe_downgrade).
+    -> (records, timers)."""
     gid = g.group_id
     recs = [_rec_current(g, mid, None)]
     if mid in g.target:
@@ -473,6 +475,10 @@ def _remove(g: ConnectGroup, mid: str, now_ms: int) -> tuple:
     timers = [(TimerKey(SESSION, gid, mid), None), (TimerKey(REVOCATION, gid, mid), None)]
     members = g.members.without(mid)
     events, ctimers, _ = _choose(g, members, g.epoch + 1, g.target_epoch, now_ms, exclude=mid)
+    from groupcoord.coordinator import migration_connect     # (it imports this module)
+    down = migration_connect.maybe_downgrade(g, members, g.epoch + 1, now_ms, cfg)
+    if down is not None:
+        return tuple(recs) + events + down[0], tuple(timers) + ctimers + down[1]
     return tuple(recs) + events, tuple(timers) + ctimers
 
 
@@ -580,7 +586,7 @@ def _heartbeat(shard, req, ctx) -> Result:
             return _hb_error(E.UNKNOWN_MEMBER_ID, "group %s has no member %s" % (gid, mid))
         g = ConnectGroup(gid)           # a read-only view: replay of the records creates it
     if req.member_epoch == LEAVE:
-        return _leave(g, req, ctx)
+        return _leave(g, req, ctx, cfg)
     if req.member_epoch == STATIC_LEAVE:
         return _static_leave(g, req, ctx, cfg)
     if req.member_epoch == 0 and mid not in g.members:
@@ -613,11 +619,11 @@ def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
         ((TimerKey(SESSION, g.group_id, mid), ctx.now_ms + cfg.connect_session_timeout_ms),))
 
 
-def _leave(g, req, ctx) -> Result:
+def _leave(g, req, ctx, cfg) -> Result:
     mid = req.member_id
     if mid not in g.members:
         return _hb_error(E.UNKNOWN_MEMBER_ID, "group %s has no member %s" % (g.group_id, mid))
-    recs, timers = _remove(g, mid, ctx.now_ms)
+    recs, timers = _remove(g, mid, ctx.now_ms, cfg)
     return Result(m.ConnectGroupHeartbeatResponse(member_id=mid, member_epoch=LEAVE),
                   recs, timers)
 
@@ -675,7 +681,7 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         if req.member_epoch == 0 and cur.epoch == STATIC_LEAVE:
             cur = cur._replace(epoch=cur.previous_epoch)     # back from a temporary leave
         elif req.member_epoch != 0 and rc.check_member_epoch(cur, req.member_epoch, owned):
-            recs, timers = _remove(g, mid, now)
+            recs, timers = _remove(g, mid, now, cfg)
             return Result(m.ConnectGroupHeartbeatResponse(
                 error_code=int(E.FENCED_MEMBER_EPOCH), member_id=mid,
                 error_message="member epoch %d does not match the current epoch %d; the member "
@@ -1015,7 +1021,7 @@ def _member_timer(shard, key, now_ms, want_unrevoked: bool) -> Result:
         return EMPTY
     if want_unrevoked and g.current[key.member_id].state != rc.UNREVOKED:
         return EMPTY
-    recs, timers = _remove(g, key.member_id, now_ms)
+    recs, timers = _remove(g, key.member_id, now_ms, shard.config)
     return Result(None, recs, timers)
 
 

@@ -38,6 +38,10 @@ LeaveGroup for a connect group here, through migration.py):
 Classic workers never compute the target: connect.py's worker selection only considers
 members without classic_member_metadata.
 
+Downgrade: when a removal leaves only classic workers (nobody could compute any more) and they
+share a protocol, the same Result converts the group back to a classic Connect group in
+PreparingRebalance (see the downgrade section below).
+
 Handlers only: every change is expressed as connect records replayed by connect.py.
 """
 from __future__ import annotations
@@ -53,8 +57,8 @@ from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-__all__ = ["upgrade", "classic_join", "classic_sync", "classic_heartbeat", "classic_leave",
-           "uses_classic", "CONNECT_PROTOCOL_TYPE"]
+__all__ = ["upgrade", "maybe_downgrade", "classic_join", "classic_sync", "classic_heartbeat",
+           "classic_leave", "uses_classic", "CONNECT_PROTOCOL_TYPE"]
 
 CONNECT_PROTOCOL_TYPE = "connect"
 CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
@@ -403,12 +407,13 @@ def classic_leave(shard, g, req, ctx) -> Result:
     resp = classic.leave_response(v, who, codes)
     if not leaving:
         return Result(resp)
-    recs, timers = remove_members(g, leaving, ctx.now_ms)
+    recs, timers = remove_members(g, leaving, ctx.now_ms, shard.config)
     return Result(resp, recs, timers)
 
 
-def remove_members(g, mids, now) -> tuple:
-    """Records and timers removing several workers at once (one epoch bump)."""
+def remove_members(g, mids, now, cfg=None) -> tuple:
+    """Records and timers removing several workers at once (one epoch bump); back to a
+    classic group when only classic workers remain (maybe_downgrade)."""
     gid = g.group_id
     recs, timers = [], []
     for mid in mids:
@@ -423,4 +428,112 @@ def remove_members(g, mids, now) -> tuple:
     computing = None if g.computing in mids else ""
     events, ctimers, _ = connect._choose(g, members, g.epoch + 1, g.target_epoch, now,
                                          computing=computing)
+    down = maybe_downgrade(g, members, g.epoch + 1, now, cfg)
+    if down is not None:
+        return tuple(recs) + events + down[0], tuple(timers) + ctimers + down[1]
     return tuple(recs) + events, tuple(timers) + ctimers
+
+
+# ====================================================================== downgrade
+# When a removal (epoch -1 leave, session expiry, fencing, revocation timeout, classic
+# LeaveGroup) leaves only classic workers, nobody can compute a target any more: the group
+# goes back to a classic Connect group, in the same Result, so that the workers' classic
+# rebalance assigns what the departed workers ran. Records after the removal's own:
+#   per remaining worker: current assignment, target and member metadata tombstones;
+#   target metadata, connector configuration and group epoch tombstones (the epoch last: its
+#   replay drops the connect group);
+#   one GroupMetadataValue: protocol type "connect", generation = the group epoch after the
+#   removal, protocol voted as classic groups do over the workers' saved protocols, leader =
+#   first worker by id, subscription = its saved metadata for that protocol, assignment =
+#   what it holds as a ConnectWorkerAssignment in that protocol's version;
+#   the volatile RebalanceStarted: PreparingRebalance, the workers must rejoin.
+# Not when a new-protocol worker remains, when the workers share no protocol or when they
+# exceed group_max_size: the group stays a connect group (its classic workers keep their
+# targets) until a later removal or a new-protocol worker's join changes that.
+
+def maybe_downgrade(g, members, epoch: int, now: int, cfg) -> Optional[tuple]:
+    """``members``: the workers left after a removal taking the group to ``epoch``.
+    -> (records, timers) of the conversion to a classic group, or None."""
+    if not members or connect._new_protocol(members):
+        return None              # empty, or someone speaks ConnectGroupHeartbeat: stay
+    if cfg is not None and len(members) > cfg.group_max_size:
+        return None
+    workers = [_as_classic_worker(g, mid, members[mid]) for mid in sorted(members)]
+    common = set(n for n, _ in workers[0].protocols)
+    for mb in workers[1:]:
+        common &= set(n for n, _ in mb.protocols)
+    if not common:
+        return None              # no protocol every worker speaks: a classic group can't form
+    return _downgrade(g, members, workers, epoch, now)
+
+
+def _as_classic_worker(g, mid, meta):
+    cm = meta.classic_member_metadata
+    return classic.Member(mid, meta.instance_id, meta.client_id, meta.client_host,
+                          cm.session_timeout_ms, meta.rebalance_timeout_ms,
+                          tuple((p.name, bytes(p.metadata)) for p in cm.supported_protocols))
+
+
+def _downgrade(g, members, workers, epoch, now) -> tuple:
+    gid = g.group_id
+    recs, timers = [], []
+    for mb in workers:
+        mid = mb.member_id
+        recs.append(connect._rec_current(g, mid, None))
+        if mid in g.target:
+            recs.append(connect._rec_target(g, mid, None))
+        recs.append(connect._rec_member(gid, mid, None))
+        timers += [(TimerKey(connect.SESSION, gid, mid), None),
+                   (TimerKey(connect.REVOCATION, gid, mid), None)]
+    recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
+             Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
+             Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]
+    timers += [(TimerKey(connect.ASSIGNMENT, gid), None), (TimerKey(connect.DELAYED, gid), None)]
+    protocol = classic._select_protocol(workers)
+    leader = workers[0]
+    leader_url = members[leader.member_id].worker_url or ""
+    value = m.GroupMetadataValue(
+        protocol_type=CONNECT_PROTOCOL_TYPE, generation=epoch, protocol=protocol,
+        leader=leader.member_id, current_state_timestamp=now,
+        members=[m.GroupMetadataValueMemberMetadata(
+            member_id=mb.member_id, group_instance_id=mb.instance_id, client_id=mb.client_id,
+            client_host=mb.client_host, rebalance_timeout=mb.rebalance_timeout,
+            session_timeout=mb.session_timeout, subscription=mb.metadata(protocol),
+            assignment=_held_assignment(g, mb, protocol, leader.member_id, leader_url))
+            for mb in workers])
+    recs.append(Record(m.GroupMetadataKey(group=gid), value))
+    # As Kafka after a downgrade: a rebalance, the workers rejoin as plain classic workers.
+    deadline = now + max(mb.rebalance_timeout for mb in workers)
+    recs.append(classic.RebalanceStarted(gid, deadline, -1, now))
+    timers.append((TimerKey(classic.JOIN, gid), deadline))
+    timers += [(TimerKey(classic.SESSION, gid, mb.member_id), now + mb.session_timeout)
+               for mb in workers]
+    return tuple(recs), tuple(timers)
+
+
+def _held_assignment(g, mb, protocol, leader, leader_url) -> bytes:
+    """What the worker holds (assigned + pending revocation) as a ConnectWorkerAssignment in
+    the version of ``protocol``. For v1+ (deltas) the revoked list is its join-time allocation
+    minus what it holds, so that allocation + assignment - revoked (how an upgrade reads a
+    classic worker, ``_decode_worker``) is exactly what it holds."""
+    md = mb.metadata(protocol)
+    version = _protocol_version(protocol, md)
+    held = g.names(g.current[mb.member_id].held)
+    revoked = None
+    if version >= 1:
+        try:
+            alloc = _allocation_pairs(md)
+        except Exception:            # saved metadata without a readable allocation
+            alloc = []
+        kept = set(held)
+        revoked = _ctl_of_pairs(p for p in dict.fromkeys(alloc) if p not in kept)
+    return embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
+        error=0, leader=leader, leader_url=leader_url, config_offset=g.config_offset,
+        assignment=_ctl_of_pairs(held), revoked=revoked, delay=0), version)
+
+
+def _ctl_of_pairs(pairs) -> list:
+    by: dict = {}
+    for c, t in pairs:
+        by.setdefault(c, []).append(t)
+    return [_CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
