@@ -49,18 +49,25 @@ def encode_record(rec: Record, value_version: Optional[int] = None) -> tuple:
     return key, v.to_bytes(2, "big") + get_data_codec(vname, v).encode(rec.value)
 
 
+# record type number -> (RecordType, key codec, lowest value version, value codecs by version);
+# built once so that decoding a record is two dict/list lookups and two native decodes.
+_DECODE: dict = {}
+for _t, (_k, _v, (_lo, _hi)) in RECORD_SCHEMAS.items():
+    _DECODE[int(_t)] = (_t, get_data_codec(_k, 0),
+                        _lo, [get_data_codec(_v, x) for x in range(_hi + 1)])
+
+
 def decode_record(key: bytes, value: Optional[bytes]) -> Record:
     """The inverse of encode_record; DecodeError for an unknown type or malformed bytes."""
     if len(key) < 2:
         raise TruncatedError("record key of %d byte(s) has no type" % len(key),
                              "<record type>", 0)
     t = int.from_bytes(key[:2], "big", signed=True)
-    try:
-        rtype = RecordType(t)
-    except ValueError:
-        raise DecodeError("unknown record type %d" % t, "<record type>", 0) from None
-    kname, vname, (lo, hi) = RECORD_SCHEMAS[rtype]
-    k = get_data_codec(kname, 0).decode(memoryview(key)[2:])
+    entry = _DECODE.get(t)
+    if entry is None:
+        raise DecodeError("unknown record type %d" % t, "<record type>", 0)
+    rtype, kcodec, lo, vcodecs = entry
+    k = kcodec.decode(memoryview(key)[2:])
     if value is None:
         return Record(k, None)
     if len(value) < 2:
@@ -70,5 +77,5 @@ def decode_record(key: bytes, value: Optional[bytes]) -> Record:
     if ver < lo:
         raise DecodeError("record type %s: value version %d is below %d"
                           % (rtype.name, ver, lo), "<value version>", 0)
-    v, _ = get_data_codec(vname, min(ver, hi)).decode_from(value, 2)
+    v, _ = vcodecs[min(ver, len(vcodecs) - 1)].decode_from(value, 2)
     return Record(k, v)
