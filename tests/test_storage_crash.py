@@ -41,8 +41,11 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path):
     r = random.Random(seed)
     d = str(tmp_path / "log")
     env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    # The child imports groupcoord from where this process did (src/ in a development tree,
+    # site-packages when installed: a fresh clone's src/ has no built native modules).
+    import groupcoord
+    root = os.path.dirname(os.path.dirname(os.path.abspath(groupcoord.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     deadline = time.monotonic() + 15
     acked = 0
     kills = 0
