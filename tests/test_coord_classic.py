@@ -205,6 +205,13 @@ class OtherGroup(Group):
     def is_empty(self):
         return False
 
+    def describe_classic(self):
+        return m.DescribeGroupsResponseDescribedGroup(error_code=E.GROUP_ID_NOT_FOUND,
+                                                      group_id=self.group_id)
+
+    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
+        return E.UNKNOWN_MEMBER_ID
+
     def snapshot(self, durable):
         return None if durable else "other"
 

@@ -208,10 +208,26 @@ def test_v0_coordinator_generates_the_member_id(coord):
 
 
 class OtherGroup(Group):
+    """A test double of a group of another type (only its TYPE matters here)."""
     TYPE = "classic"
 
     def __init__(self, gid):
         self.group_id = gid
+
+    def state_name(self):
+        return "Stable"
+
+    def protocol_type(self):
+        return "other"
+
+    def is_empty(self):
+        return False
+
+    def describe_classic(self):
+        return m.DescribeGroupsResponseDescribedGroup(group_id=self.group_id)
+
+    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
+        return E.UNKNOWN_MEMBER_ID
 
     def snapshot(self, durable):
         return None

@@ -461,18 +461,25 @@ def _lookup(shard, gid):
     return g, None
 
 
+def worker_tombstones(g: ConnectGroup, mid: str) -> tuple:
+    """A worker's tombstones (current assignment, target, metadata: the order recovery needs)
+    and the cancellation of its timers. -> (records list, timers list)."""
+    gid = g.group_id
+    recs = [_rec_current(g, mid, None)]
+    if mid in g.target:
+        recs.append(_rec_target(g, mid, None))
+    recs.append(_rec_member(gid, mid, None))
+    return recs, [(TimerKey(SESSION, gid, mid), None), (TimerKey(REVOCATION, gid, mid), None)]
+
+
 def _remove(g: ConnectGroup, mid: str, now_ms: int, cfg=None) -> tuple:
     """Records and timers removing a member (leave, expiry, fencing), with the epoch bump and
     the choice of another worker if it was computing; when only classic workers remain, the
     group goes back to a classic group (migration_connect.maybe_downgrade).
     -> (records, timers)."""
     gid = g.group_id
-    recs = [_rec_current(g, mid, None)]
-    if mid in g.target:
-        recs.append(_rec_target(g, mid, None))
-    recs.append(_rec_member(gid, mid, None))
+    recs, timers = worker_tombstones(g, mid)
     recs.append(_rec_epoch(gid, g.epoch + 1))
-    timers = [(TimerKey(SESSION, gid, mid), None), (TimerKey(REVOCATION, gid, mid), None)]
     members = g.members.without(mid)
     events, ctimers, _ = _choose(g, members, g.epoch + 1, g.target_epoch, now_ms, exclude=mid)
     from groupcoord.coordinator import migration_connect     # (it imports this module)

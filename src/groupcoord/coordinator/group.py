@@ -1,44 +1,46 @@
 """What every group type provides to the shard (classic.py, consumer.py, connect.py).
 
-A group object holds state and is changed only by its module's replay functions. Handlers
+A group object holds state (abstract methods: every group type must define them) and is changed only by its module's replay functions. Handlers
 read it. Every group type implements this interface; the shard uses it for ListGroups,
 DescribeGroups, offset validation, timers after load, and the tests' invariants.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Optional
 
 __all__ = ["Group"]
 
 
-class Group:
+class Group(ABC):
     TYPE: str = ""            # "classic" | "consumer" | "connect" (ListGroups' GroupType)
     group_id: str
 
     # ---- listing / describing
+    @abstractmethod
     def state_name(self) -> str:
         """Kafka's state names: classic Empty/PreparingRebalance/CompletingRebalance/Stable/
         Dead; consumer and connect Empty/Assigning/Reconciling/Stable/Dead."""
-        raise NotImplementedError
 
+    @abstractmethod
     def protocol_type(self) -> str:
         """ListGroups' ProtocolType: the classic protocol type, "consumer" for consumer
         groups, "connect" for connect groups."""
-        raise NotImplementedError
 
+    @abstractmethod
     def is_empty(self) -> bool:
-        raise NotImplementedError
+        """No members (offsets may remain)."""
 
+    @abstractmethod
     def describe_classic(self):
         """A DescribeGroupsResponseDescribedGroup (every group type answers DescribeGroups;
         consumer/connect groups describe themselves in classic terms as Kafka does)."""
-        raise NotImplementedError
 
     # ---- offsets
+    @abstractmethod
     def validate_offset_commit(self, member_id: str, instance_id: Optional[str],
                                generation_or_epoch: int, version: int) -> int:
         """ErrorCode value (0 = accept) for an OffsetCommit from this member."""
-        raise NotImplementedError
 
     def validate_offset_fetch(self, member_id: Optional[str], member_epoch: int) -> int:
         """ErrorCode value (0 = accept) for an OffsetFetch naming a member (v9+)."""
@@ -49,12 +51,12 @@ class Group:
         """Timer operations to re-create after loading from the log."""
         return []
 
+    @abstractmethod
     def snapshot(self, durable: bool) -> object:
         """Plain, comparable data in external identities (member ids, topic ids, names).
         durable=True: only what the log restores (what recovery must reproduce exactly);
         durable=False: everything, including volatile in-memory state (used to check that
         handlers do not mutate)."""
-        raise NotImplementedError
 
     def held_units(self) -> Optional[dict]:
         """member id -> iterable of units currently held (assigned or pending revocation);

@@ -272,8 +272,11 @@ def _owned_units(plan: Plan, sub) -> frozenset:
     return frozenset(out)
 
 
-def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
-    """(member, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a member."""
+def classic_member_id(g, member_id: str, instance: Optional[str],
+                      is_classic=None) -> tuple:
+    """(member id, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a classic member
+    of a consumer or connect group (the instance id, when given, decides who it is);
+    ``is_classic(member entry)`` says whether the member uses the classic protocol."""
     if instance is not None:
         holder = g.static.get(instance)
         if holder is None:
@@ -281,10 +284,15 @@ def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
         if member_id and holder != member_id:
             return None, E.FENCED_INSTANCE_ID
         member_id = holder
-    mem = g.members.get(member_id)
-    if not uses_classic(mem):
+    if not (is_classic or uses_classic)(g.members.get(member_id)):
         return None, E.UNKNOWN_MEMBER_ID
-    return mem, 0
+    return member_id, 0
+
+
+def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
+    """(member, 0) or (None, error code)."""
+    mid, err = classic_member_id(g, member_id, instance)
+    return (None, err) if err else (g.members[mid], 0)
 
 
 def classic_sync(shard, g, req, ctx) -> Result:

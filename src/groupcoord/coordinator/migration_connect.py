@@ -329,16 +329,8 @@ def classic_join(shard, g, req, ctx) -> Result:
 
 def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
     """(member id, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a worker."""
-    if instance is not None:
-        holder = g.static.get(instance)
-        if holder is None:
-            return None, E.UNKNOWN_MEMBER_ID
-        if member_id and holder != member_id:
-            return None, E.FENCED_INSTANCE_ID
-        member_id = holder
-    if not uses_classic(g.members.get(member_id)):
-        return None, E.UNKNOWN_MEMBER_ID
-    return member_id, 0
+    from groupcoord.coordinator import migration     # (it imports this module)
+    return migration.classic_member_id(g, member_id, instance, uses_classic)
 
 
 def _session(g, mid, now):
@@ -416,15 +408,13 @@ def remove_members(g, mids, now, cfg=None) -> tuple:
     classic group when only classic workers remain (maybe_downgrade)."""
     gid = g.group_id
     recs, timers = [], []
+    members = g.members.copy()        # keeps the assignor signature counts
     for mid in mids:
-        recs.append(connect._rec_current(g, mid, None))
-        if mid in g.target:
-            recs.append(connect._rec_target(g, mid, None))
-        recs.append(connect._rec_member(gid, mid, None))
-        timers += [(TimerKey(connect.SESSION, gid, mid), None),
-                   (TimerKey(connect.REVOCATION, gid, mid), None)]
+        r, t = connect.worker_tombstones(g, mid)
+        recs += r
+        timers += t
+        members.pop(mid, None)
     recs.append(connect._rec_epoch(gid, g.epoch + 1))
-    members = {k: v for k, v in g.members.items() if k not in mids}
     computing = None if g.computing in mids else ""
     events, ctimers, _ = connect._choose(g, members, g.epoch + 1, g.target_epoch, now,
                                          computing=computing)
@@ -478,13 +468,9 @@ def _downgrade(g, members, workers, epoch, now) -> tuple:
     gid = g.group_id
     recs, timers = [], []
     for mb in workers:
-        mid = mb.member_id
-        recs.append(connect._rec_current(g, mid, None))
-        if mid in g.target:
-            recs.append(connect._rec_target(g, mid, None))
-        recs.append(connect._rec_member(gid, mid, None))
-        timers += [(TimerKey(connect.SESSION, gid, mid), None),
-                   (TimerKey(connect.REVOCATION, gid, mid), None)]
+        r, t = connect.worker_tombstones(g, mb.member_id)
+        recs += r
+        timers += t
     recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
              Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
              Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]

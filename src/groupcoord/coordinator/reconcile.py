@@ -36,7 +36,6 @@ __all__ = ["STABLE", "UNREVOKED", "UNRELEASED", "MemberAssignment", "unit", "uni
 STABLE = int(MemberState.STABLE)
 UNREVOKED = int(MemberState.UNREVOKED)
 UNRELEASED = int(MemberState.UNRELEASED)
-STATE_NAMES = {STABLE: "STABLE", UNREVOKED: "UNREVOKED", UNRELEASED: "UNRELEASED"}
 
 EMPTY_SET: frozenset = frozenset()
 _SHIFT = 32

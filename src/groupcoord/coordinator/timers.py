@@ -40,9 +40,6 @@ class Timers:
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self._deadline):
             self._rebuild()
 
-    def cancel(self, key: TimerKey) -> None:
-        self._deadline.pop(key, None)
-
     def _rebuild(self) -> None:
         self._heap = [(d, i, k) for i, (k, d) in enumerate(self._deadline.items())]
         heapq.heapify(self._heap)
@@ -82,7 +79,3 @@ class Timers:
 
     def __len__(self) -> int:
         return len(self._deadline)
-
-    def clear(self) -> None:
-        self._deadline.clear()
-        self._heap.clear()
