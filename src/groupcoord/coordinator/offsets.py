@@ -136,6 +136,12 @@ def handle_offset_fetch(shard, req: m.OffsetFetchRequest, ctx: RequestContext) -
 def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
     gid = key.group
     tp = (key.topic, key.partition)
+    # A commit creates its (empty, classic) group if there is none; so does a tombstone:
+    # compaction may have removed the commit the tombstone deletes, and replaying the
+    # compacted log must give the same groups as replaying the full one.
+    if gid not in shard.groups:
+        from groupcoord.coordinator import classic
+        shard.groups[gid] = classic.new_empty_group(gid)
     if value is None:
         committed = shard.offsets.get(gid)
         if committed is not None:
@@ -143,9 +149,6 @@ def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
             if not committed:
                 del shard.offsets[gid]
         return
-    if gid not in shard.groups:
-        from groupcoord.coordinator import classic
-        shard.groups[gid] = classic.new_empty_group(gid)
     shard.offsets.setdefault(gid, {})[tp] = value
 
 

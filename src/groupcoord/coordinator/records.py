@@ -79,3 +79,10 @@ def decode_record(key: bytes, value: Optional[bytes]) -> Record:
                           % (rtype.name, ver, lo), "<value version>", 0)
     v, _ = vcodecs[min(ver, len(vcodecs) - 1)].decode_from(value, 2)
     return Record(k, v)
+
+
+def decode_table() -> dict:
+    """{record type number: (key codec, lowest value version, [value codec by version])}:
+    the table decode_record uses, for decoders that read records in bulk
+    (runtime/load.py). A reader applying it must do exactly what decode_record does."""
+    return {t: (kc, lo, list(vcs)) for t, (_rt, kc, lo, vcs) in _DECODE.items()}
