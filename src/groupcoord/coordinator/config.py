@@ -17,6 +17,9 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple = ("uniform", "range")     # first = default
+    # Assignor runs over at least this many partitions are handed to the runtime to run off
+    # the event loop (Result.offload); 0 = always run inline (pure tests, simulations).
+    consumer_assignor_offload_partitions: int = 0
     # connect groups (this project's; named like the consumer ones)
     connect_session_timeout_ms: int = 45_000
     connect_heartbeat_interval_ms: int = 3_000

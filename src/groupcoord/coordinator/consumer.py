@@ -58,6 +58,7 @@ from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ConsumerGroup", "Plan", "Reject",
+           "AssignorJob", "install_offloaded",
            "on_topics_changed", "consumer_group_heartbeat", "consumer_group_describe",
            "SESSION_TIMER", "REVOCATION_TIMER"]
 
@@ -329,6 +330,8 @@ class Plan:
         self.overlay_ids: list = []
         self.bumped = False
         self.completions: list = []        # (ParkKey, response): parked classic requests
+        self.offload: list = []            # AssignorJob to run off the event loop
+        self.precomputed = None            # (AssignorJob, owners) being installed
 
     @classmethod
     def open(cls, shard, group_id: str, now_ms: int, create: bool) -> "Plan":
@@ -343,7 +346,7 @@ class Plan:
 
     def result(self, response) -> Result:
         return Result(response, tuple(self.records), tuple(self.timers),
-                      tuple(self.completions))
+                      tuple(self.completions), offload=tuple(self.offload))
 
     # ---------------------------------------------------------------- view
     def member_ids(self) -> list:
@@ -537,8 +540,14 @@ class Plan:
         name = _preferred_assignor(metas, self.group_assignors(), self.default_assignor())
         gix = np.array([self.topic_index(t) for t in tids], dtype=np.int64)
         current = self._current_owners(mids, gix, ppt, base)
-        owners = _run_assignor(name, ppt, _csr(subs, topics), current, metas) if mids \
-            else current
+        if mids:
+            job = AssignorJob(self.group_id, self.epoch, name, ppt, _csr(subs, topics),
+                              current, _static_flags(name, metas))
+            owners = self._owners(job)
+            if owners is None:
+                return                     # offloaded: the target stays behind meanwhile
+        else:
+            owners = current
         # Delta: only members that gained or lost a unit get a new target (and a record).
         moved = owners != current
         changed = np.union1d(owners[moved], current[moved])
@@ -561,6 +570,19 @@ class Plan:
             m.ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
             m.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=self.epoch)))
         self.target_epoch = self.epoch
+
+    def _owners(self, job: "AssignorJob") -> Optional[np.ndarray]:
+        """Run the assignor inline, use the result computed off the loop for exactly these
+        inputs, or (a large run) hand the job to the runtime and return None."""
+        if self.precomputed is not None:
+            done, owners = self.precomputed
+            if job.same_inputs(done):
+                return owners
+        limit = self.shard.config.consumer_assignor_offload_partitions
+        if limit and len(job.current) >= limit:
+            self.offload.append(job)
+            return None
+        return job.run()
 
     def _current_owners(self, mids, gix, ppt, base) -> np.ndarray:
         """The previous target as an owner array in this computation's indices (members in
@@ -666,12 +688,60 @@ def _csr(subs, topics) -> tuple:
     return indptr, np.array(flat, dtype=np.int32)
 
 
-def _run_assignor(name: str, ppt, csr, current, metas) -> np.ndarray:
-    indptr, subs = csr
-    if name == "range":
-        static = np.array([x.instance_id is not None for x in metas], dtype=bool)
-        return assignors.range_(ppt, indptr, subs, current, static_member=static)
-    return assignors.uniform(ppt, indptr, subs, current)
+def _static_flags(name: str, metas):
+    if name != "range":
+        return None
+    return np.array([x.instance_id is not None for x in metas], dtype=bool)
+
+
+class AssignorJob:
+    """One server-side assignor run: its inputs (plain numpy arrays, owned by the job) and
+    the group epoch they belong to. ``run()`` touches nothing else, so the runtime may call
+    it in a worker thread (the native assignors release the GIL)."""
+    __slots__ = ("group_id", "epoch", "name", "ppt", "indptr", "subs", "current", "static")
+
+    def __init__(self, group_id, epoch, name, ppt, csr, current, static):
+        self.group_id = group_id
+        self.epoch = epoch
+        self.name = name
+        self.ppt = ppt
+        self.indptr, self.subs = csr
+        self.current = current
+        self.static = static
+
+    def run(self) -> np.ndarray:
+        if self.name == "range":
+            return assignors.range_(self.ppt, self.indptr, self.subs, self.current,
+                                    static_member=self.static)
+        return assignors.uniform(self.ppt, self.indptr, self.subs, self.current)
+
+    def same_inputs(self, other: "AssignorJob") -> bool:
+        eq = np.array_equal
+        return (self.group_id == other.group_id and self.epoch == other.epoch
+                and self.name == other.name and eq(self.ppt, other.ppt)
+                and eq(self.indptr, other.indptr) and eq(self.subs, other.subs)
+                and eq(self.current, other.current)
+                and (self.static is None) == (other.static is None)
+                and (self.static is None or eq(self.static, other.static)))
+
+    def __repr__(self):
+        return "AssignorJob(%s, epoch %d, %s, %d partitions, %d members)" % (
+            self.group_id, self.epoch, self.name, len(self.current), len(self.indptr) - 1)
+
+
+def install_offloaded(shard, job: AssignorJob, owners, now_ms: int) -> Result:
+    """Pure: the records of the target computed off the loop by ``job`` — or nothing when
+    the group moved on meanwhile (another epoch, other members or subscriptions: the run
+    for the new epoch was requested by the heartbeat that moved it)."""
+    g = shard.groups.get(job.group_id)
+    if not isinstance(g, ConsumerGroup) or g.epoch != job.epoch or g.target_epoch >= g.epoch:
+        return EMPTY
+    plan = Plan(shard, job.group_id, g, now_ms)
+    plan.precomputed = (job, owners)
+    plan.compute_target()
+    if plan.target_epoch != plan.epoch:     # inputs differ from the job's: drop the result
+        return EMPTY
+    return plan.result(None)
 
 
 def _other_group_type(shard, group, create: bool, now_ms: int) -> "Plan":

@@ -53,12 +53,16 @@ class Result(NamedTuple):
     records: Records and Volatile events, in replay order.
     timers: (TimerKey, deadline_ms) to schedule or (TimerKey, None) to cancel.
     completions: (ParkKey, response) answering earlier parked requests. The runtime delivers
-    completions before it registers ``park`` (so a request may supersede its own key)."""
+    completions before it registers ``park`` (so a request may supersede its own key).
+    offload: assignor runs the runtime should do off the event loop (consumer.AssignorJob);
+    their results come back through ``consumer.install_offloaded``. Shards configured without
+    an offload threshold never produce any."""
     response: Any
     records: tuple = ()
     timers: tuple = ()
     completions: tuple = ()
     park: Optional[ParkKey] = None
+    offload: tuple = ()
 
 
 EMPTY = Result(None)

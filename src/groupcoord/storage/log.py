@@ -70,6 +70,16 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+class FlushJob(NamedTuple):
+    """One group commit in flight: the bytes, where they go, and the batches they hold."""
+    data: bytes
+    fd: int
+    segment: Segment
+    start: int
+    info: list          # (base offset, last offset delta, size) per batch
+    end_offset: int     # the durable offset once written
+
+
 class Log:
     def __init__(self, directory: str, fsync: str = "always",
                  segment_bytes: int = 64 << 20, index_interval_bytes: int = 4096,
@@ -87,6 +97,7 @@ class Log:
         self._pending: list = []                # encoded batches not yet written
         self._pending_info: list = []           # (base_offset, last_offset_delta, size)
         self._failed: Optional[BaseException] = None
+        self._inflight: Optional[FlushJob] = None
         self._wfd: Optional[int] = None
         self.closed = False
         self.truncated_bytes = 0                # recovery: bytes cut from a torn tail
@@ -206,39 +217,67 @@ class Log:
         """Write every buffered batch with one write and (fsync="always") one fdatasync;
         -> durable_offset. On an I/O error the log is failed (LogFailedError afterwards),
         the buffered batches are dropped and the file is cut back where it was."""
-        self._check()
-        if not self._pending:
+        job = self.begin_flush()
+        if job is None:
             return self.durable_offset
+        return self.end_flush(job, self.write_flush(job))
+
+    # A flush in three steps, so that the runtime can run the write + fdatasync in a worker
+    # thread while its event loop keeps handling requests (and buffering the next batches):
+    #   job = log.begin_flush()          owner thread: takes the buffered batches, rolls
+    #   err = log.write_flush(job)       any thread: write + fdatasync; -> None or the OSError
+    #   log.end_flush(job, err)          owner thread: index the batches / fail the log
+    # Appends may continue between begin and end; a second begin_flush before end_flush of
+    # the first is an error (one write in flight at a time keeps the file append-ordered).
+    def begin_flush(self) -> Optional["FlushJob"]:
+        self._check()
+        if self._inflight is not None:
+            raise RuntimeError("a flush is already in flight")
+        if not self._pending:
+            return None
         data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
         active = self._segments[-1]
         if active.size > 0 and active.size + len(data) > self.segment_bytes:
             self._roll(self._pending_info[0][0])
             active = self._segments[-1]
-        start = active.size
+        job = FlushJob(data, self._wfd, active, active.size, list(self._pending_info),
+                       self._pending_info[-1][0] + self._pending_info[-1][1] + 1)
+        self._pending = []
+        self._pending_info = []
+        self._inflight = job
+        return job
+
+    def write_flush(self, job: "FlushJob") -> Optional[OSError]:
         try:
-            view = memoryview(data)
+            view = memoryview(job.data)
             done = 0
-            while done < len(data):
-                done += os.write(self._wfd, view[done:])
+            while done < len(job.data):
+                done += os.write(job.fd, view[done:])
             if self.fsync == "always":
-                os.fdatasync(self._wfd)
+                os.fdatasync(job.fd)
         except OSError as exc:
-            self._failed = exc
+            return exc
+        return None
+
+    def end_flush(self, job: "FlushJob", error: Optional[OSError]) -> int:
+        self._inflight = None
+        if error is not None:
+            # After a failed write or fsync the page cache cannot be trusted: fail the log;
+            # whatever was appended after this job is dropped with it.
+            self._failed = error
             self._pending.clear()
             self._pending_info.clear()
             self.next_offset = self.durable_offset
             try:
-                os.ftruncate(self._wfd, start)
+                os.ftruncate(job.fd, job.start)
             except OSError:
                 pass
-            raise LogFailedError(exc.errno, "log write failed: %s" % exc) from exc
-        pos = start
-        for base, lod, size in self._pending_info:
-            active.add_batch(pos, base, lod, size)
+            raise LogFailedError(error.errno, "log write failed: %s" % error) from error
+        pos = job.start
+        for base, lod, size in job.info:
+            job.segment.add_batch(pos, base, lod, size)
             pos += size
-        self._pending.clear()
-        self._pending_info.clear()
-        self.durable_offset = self.next_offset
+        self.durable_offset = job.end_offset
         return self.durable_offset
 
     def roll(self) -> None:

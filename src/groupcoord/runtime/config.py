@@ -1,0 +1,44 @@
+"""Runtime settings: where the logs live, how they are written, how the shards are laid out."""
+from __future__ import annotations
+
+import msgspec
+
+from groupcoord.coordinator.config import ShardConfig
+
+__all__ = ["RuntimeConfig", "FSYNC_POLICIES"]
+
+FSYNC_POLICIES = ("always", "unsafe-no-fsync")
+
+
+class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
+    data_dir: str = "./groupcoord-data"
+    # Like Kafka's offsets.topic.num.partitions: groups hash onto this many shards, each
+    # with its own log directory (<data_dir>/__consumer_offsets-<n>).
+    shards: int = 50
+    # "always": every group commit is fdatasync'ed before its requests are answered.
+    # "unsafe-no-fsync": written but not synced (benchmarks only; loses data on power loss).
+    fsync: str = "always"
+    segment_bytes: int = 64 << 20
+    # Compaction of a shard's closed segments starts when at least this many bytes were
+    # written to them since the last compaction and they are at least this dirty (Kafka's
+    # log.cleaner.min.cleanable.ratio; here the ratio of new bytes to all closed bytes).
+    compact_min_dirty_bytes: int = 16 << 20
+    compact_min_dirty_ratio: float = 0.5
+    # Tombstones older than this are dropped by compaction (Kafka's delete.retention.ms).
+    tombstone_retention_ms: int = 24 * 3600 * 1000
+    # Threads for log writes (write + fdatasync, one group commit per shard at a time) and
+    # for assignor runs taken off the event loop.
+    io_threads: int = 4
+    assignor_threads: int = 1
+    # Server-side assignor runs over at least this many partitions run in a worker thread
+    # (unless shard_config sets its own consumer_assignor_offload_partitions).
+    offload_partitions: int = 100_000
+    # A failed shard (log write error) reloads from its log after this pause.
+    reload_backoff_ms: int = 1_000
+    shard_config: ShardConfig = ShardConfig()
+
+    def __post_init__(self):
+        if self.shards < 1:
+            raise ValueError("shards must be >= 1")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError("fsync must be one of %s" % (FSYNC_POLICIES,))

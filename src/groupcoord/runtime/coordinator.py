@@ -1,0 +1,227 @@
+"""The node's coordinator: N shards, each a ShardRuntime with its own log, and the routing of
+group requests to them.
+
+    coord = Coordinator(RuntimeConfig(data_dir=..., shards=50), topics=TopicCatalog(...))
+    await coord.start()                       # load every shard
+    response = await coord.submit(request, version, client_id, client_host)
+    await coord.close()
+
+A group lives on shard ``shard_of(group_id)``: the group id's Java ``String.hashCode``, made
+non-negative as Kafka does, modulo the number of shards — the same arithmetic Kafka uses to
+pick a group's __consumer_offsets partition, so with the same count a group lands on the
+same numbered shard. Shard n keeps its log in ``<data_dir>/__consumer_offsets-<n>``.
+
+Requests naming one group go to its shard. Requests naming several (DescribeGroups,
+ConsumerGroupDescribe, ConnectGroupDescribe, OffsetFetch v8+) are split by shard, run
+concurrently, and their answers merged in the order the groups were asked; ListGroups asks
+every shard.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional
+
+import msgspec
+
+from groupcoord.coordinator.shard import error_response
+from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.protocol.error_codes import ErrorCode
+from groupcoord.runtime.config import RuntimeConfig
+from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
+
+__all__ = ["Coordinator", "shard_for", "java_string_hash", "GROUP_APIS"]
+
+log = logging.getLogger("groupcoord.runtime")
+
+# api keys routed to the shards
+SINGLE_GROUP_APIS = (8, 11, 12, 13, 14, 68, 10000, 10001, 10002)
+MULTI_GROUP_APIS = (9, 15, 16, 69, 10003)
+GROUP_APIS = frozenset(SINGLE_GROUP_APIS + MULTI_GROUP_APIS)
+_SINGLE = frozenset(SINGLE_GROUP_APIS)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units, 32-bit signed wrap-around)."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _hash_cached(group_id: str) -> int:
+    return java_string_hash(group_id)
+
+
+def shard_for(group_id: str, shards: int) -> int:
+    h = _hash_cached(group_id)
+    # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0.
+    return (0 if h == -(1 << 31) else abs(h)) % shards
+
+
+class Coordinator:
+    def __init__(self, config: Optional[RuntimeConfig] = None,
+                 topics: Optional[TopicCatalog] = None, *,
+                 clock: Callable[[], int] = wall_clock_ms):
+        self.config = config or RuntimeConfig()
+        self.topics = topics if topics is not None else TopicCatalog()
+        self.clock = clock
+        self._io_pool = ThreadPoolExecutor(max(1, self.config.io_threads),
+                                           thread_name_prefix="groupcoord-io")
+        self._cpu_pool = ThreadPoolExecutor(max(1, self.config.assignor_threads),
+                                            thread_name_prefix="groupcoord-assign")
+        n = self.config.shards
+        self.shards = [ShardRuntime(i, self.shard_dir(i), self.config, self.topics,
+                                    clock=clock, io_pool=self._io_pool,
+                                    cpu_pool=self._cpu_pool) for i in range(n)]
+        self._n = n
+        self._routes = {k: self._single for k in SINGLE_GROUP_APIS}
+        self._routes.update({9: self._offset_fetch, 16: self._list_groups,
+                             15: functools.partial(self._describe, "groups"),
+                             69: functools.partial(self._describe, "group_ids"),
+                             10003: functools.partial(self._describe, "group_ids")})
+
+    def shard_dir(self, index: int) -> str:
+        return os.path.join(self.config.data_dir, "__consumer_offsets-%d" % index)
+
+    def shard_of(self, group_id: str) -> int:
+        return shard_for(group_id, self._n)
+
+    @staticmethod
+    def serves(api_key: int) -> bool:
+        return api_key in GROUP_APIS
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, shards=None) -> None:
+        """Load the given shards (default: all) concurrently; returns when they are ACTIVE.
+        A shard that cannot load (a corrupt log) raises here, naming its directory."""
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        t0 = time.perf_counter()
+        todo = [self.shards[i] for i in (range(self._n) if shards is None else shards)]
+        results = await asyncio.gather(*(s.load() for s in todo), return_exceptions=True)
+        errors = [(s, r) for s, r in zip(todo, results) if isinstance(r, BaseException)]
+        if errors:
+            s, exc = errors[0]
+            await self.close()
+            raise RuntimeError("shard %d (%s) failed to load: %s"
+                               % (s.index, s.directory, exc)) from exc
+        records = sum(getattr(s.load_stats, "records_read", 0) for s in todo)
+        log.info("loaded %d shard(s) from %s: %d records in %.2f s", len(todo),
+                 self.config.data_dir, records, time.perf_counter() - t0)
+
+    async def load_shard(self, index: int) -> None:
+        await self.shards[index].load()
+
+    async def unload_shard(self, index: int) -> None:
+        await self.shards[index].close()
+
+    async def set_topics(self, catalog: TopicCatalog) -> None:
+        self.topics = catalog
+        for s in self.shards:
+            s.set_topics(catalog)
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(s.flush() for s in self.shards))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.close() for s in self.shards), return_exceptions=True)
+        self._io_pool.shutdown(wait=True)
+        self._cpu_pool.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ requests
+    async def submit(self, request, version: int, client_id: str = "",
+                     client_host: str = ""):
+        route = self._routes.get(request.API_KEY)
+        if route is None:
+            return error_response(request, version, ErrorCode.UNSUPPORTED_VERSION,
+                                  "not a group API")
+        return await route(request, version, client_id, client_host)
+
+    def submit_nowait(self, request, version: int, client_id: str = "",
+                      client_host: str = ""):
+        """-> the response at once when nothing needs waiting for, else an asyncio.Future
+        of it (no coroutine or task per request on the hot path: a heartbeat that writes
+        nothing is answered synchronously)."""
+        key = request.API_KEY
+        if key in _SINGLE:
+            shard = self.shards[shard_for(request.group_id, self._n)]
+            return shard.submit_nowait(request, version, client_id, client_host)
+        return asyncio.ensure_future(self.submit(request, version, client_id, client_host))
+
+    async def _single(self, request, version, client_id, client_host):
+        shard = self.shards[shard_for(request.group_id, self._n)]
+        return await shard.submit(request, version, client_id, client_host)
+
+    async def _fan_out(self, parts: dict, version, client_id, client_host) -> list:
+        """parts: shard index -> sub-request; -> responses in shard index order."""
+        order = sorted(parts)
+        return await asyncio.gather(*(self.shards[i].submit(parts[i], version, client_id,
+                                                            client_host) for i in order))
+
+    def _split(self, names) -> dict:
+        by: dict = {}
+        for n in names:
+            by.setdefault(shard_for(n, self._n), []).append(n)
+        return by
+
+    async def _describe(self, field: str, req, version, client_id, client_host):
+        """DescribeGroups (field "groups") and Consumer/ConnectGroupDescribe ("group_ids")."""
+        names = getattr(req, field)
+        parts = {i: msgspec.structs.replace(req, **{field: g})
+                 for i, g in self._split(names).items()}
+        resps = await self._fan_out(parts, version, client_id, client_host)
+        return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
+                                       groups=_in_order(names, resps))
+
+    async def _list_groups(self, req, version, client_id, client_host):
+        resps = await self._fan_out(dict(enumerate([req] * self._n)), version, client_id,
+                                    client_host)
+        groups, code = [], 0
+        for r in resps:
+            groups.extend(r.groups or ())
+            code = code or r.error_code
+        return msgspec.structs.replace(resps[0], error_code=code, groups=groups)
+
+    async def _offset_fetch(self, req, version, client_id, client_host):
+        if req.groups is None or version < 8:
+            shard = self.shards[shard_for(req.group_id, self._n)]
+            return await shard.submit(req, version, client_id, client_host)
+        by: dict = {}
+        for g in req.groups:
+            by.setdefault(shard_for(g.group_id, self._n), []).append(g)
+        parts = {i: msgspec.structs.replace(req, groups=g) for i, g in by.items()}
+        resps = await self._fan_out(parts, version, client_id, client_host)
+        return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
+                                       groups=_in_order([g.group_id for g in req.groups],
+                                                        resps))
+
+    # ------------------------------------------------------------------ inspection
+    def states(self) -> dict:
+        return {s.index: s.state for s in self.shards}
+
+    def active(self) -> bool:
+        return all(s.state is ShardState.ACTIVE for s in self.shards)
+
+
+def _in_order(names, resps) -> list:
+    """The per-group entries of the shards' responses, in the order the groups were asked."""
+    found: dict = {}
+    for r in resps:
+        for g in r.groups or ():
+            found.setdefault(g.group_id, []).append(g)
+    out = []
+    for n in names:
+        lst = found.get(n)
+        if lst:
+            out.append(lst.pop(0))
+    return out
+
+
+def _empty(req, version):
+    return error_response(req, version, ErrorCode.NONE)
