@@ -30,9 +30,14 @@ def main(argv=None) -> int:
     p.add_argument("--version", action="version", version="groupcoord " + groupcoord.__version__)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("apis", help="list the Kafka APIs and versions this build speaks")
+    from groupcoord.server.main import add_serve_parser
+    add_serve_parser(sub)
     args = p.parse_args(argv)
     if args.command in (None, "apis"):
         return cmd_apis(args)
+    if args.command == "serve":
+        from groupcoord.server.main import run
+        return run(args)
     p.error("unknown command %r" % args.command)  # pragma: no cover - argparse rejects first
     return 2
 

@@ -1,0 +1,422 @@
+"""Node-level APIs: what this process answers as a Kafka *broker*, not as a group coordinator.
+
+Real clients need a broker around the coordinator: they negotiate versions (ApiVersions),
+bootstrap (Metadata), look up their coordinator (FindCoordinator), and idle consumers keep
+asking for offsets and records (ListOffsets, Fetch) and probe Produce. groupcoord is a single
+node that stores no data, so every answer here is a pure function of (request, version,
+NodeState): node 0 is the only broker, the controller and the coordinator of every group;
+every catalog topic's partitions are led by node 0 and are empty (offset 0, no records).
+
+Nothing here touches sockets or the event loop: the connection layer (connection.py) calls
+these functions, holds an empty Fetch for its MaxWaitMs, and runs CreateTopics' persistence
+and ``coordinator.set_topics`` (see ``plan_create_topics``).
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Optional
+
+from groupcoord.codegen.schema import load_all
+from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode as E
+
+__all__ = ["NodeState", "NODE_APIS", "api_versions", "api_versions_unsupported", "metadata",
+           "find_coordinator", "list_offsets", "fetch", "produce", "plan_create_topics",
+           "top_level_error_response", "validate_topic_name", "node_api_ranges",
+           "DEFAULT_PARTITIONS"]
+
+NODE_ID = 0
+LEADER_EPOCH = 0            # every partition has had one leader (us) since it was created
+ZERO_UUID = m.ZERO_UUID
+DEFAULT_PARTITIONS = 1      # Kafka's num.partitions default, for CreateTopics' -1
+MAX_PARTITIONS = 1 << 20    # a CreateTopics guard: the catalog is held in memory by every shard
+UNKNOWN_AUTH_OPS = -2147483648
+
+# The APIs answered here (the rest go to the coordinator when it serves them).
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS, CREATE_TOPICS = (
+    0, 1, 2, 3, 10, 18, 19)
+NODE_APIS = frozenset((PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS,
+                       CREATE_TOPICS))
+
+# Kafka's AclOperation codes; with no authorizer every operation is allowed.
+_TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+_CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+NO_DATA_MESSAGE = ("groupcoord is a group coordinator and stores no data: Produce is not "
+                   "accepted by this node")
+
+
+class NodeState:
+    """What the node APIs read: this node's advertised address, the cluster id, the current
+    topic catalog (a callable, so it always reflects CreateTopics) and the API ranges to
+    advertise."""
+    __slots__ = ("host", "port", "cluster_id", "_topics", "api_ranges", "_api_versions_body")
+
+    def __init__(self, host: str, port: int, cluster_id: str,
+                 topics: Callable[[], TopicCatalog], api_ranges: dict):
+        self.host = host
+        self.port = port
+        self.cluster_id = cluster_id
+        self._topics = topics
+        self.api_ranges = dict(sorted(api_ranges.items()))
+        self._api_versions_body = [m.ApiVersionsResponseApiVersion(k, lo, hi)
+                                   for k, (lo, hi) in self.api_ranges.items()]
+
+    @property
+    def topics(self) -> TopicCatalog:
+        return self._topics()
+
+    def advertised(self):
+        return self._api_versions_body
+
+
+# ---------------------------------------------------------------------- ApiVersions
+def api_versions(req, version: int, node: NodeState):
+    return m.ApiVersionsResponse(error_code=0, api_keys=list(node.advertised()))
+
+
+def api_versions_unsupported(node: NodeState):
+    """The v0 body answering an ApiVersions version we do not speak (the client then retries
+    with a version from our ranges)."""
+    return m.ApiVersionsResponse(error_code=int(E.UNSUPPORTED_VERSION),
+                                 api_keys=list(node.advertised()))
+
+
+# ---------------------------------------------------------------------- Metadata
+def _partitions(t: Topic) -> list:
+    return [m.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=NODE_ID,
+                                        leader_epoch=LEADER_EPOCH, replica_nodes=[NODE_ID],
+                                        isr_nodes=[NODE_ID], offline_replicas=[])
+            for p in range(t.partitions)]
+
+
+def _meta_topic(t: Topic, auth_ops: int):
+    return m.MetadataResponseTopic(error_code=0, name=t.name, topic_id=t.topic_id,
+                                   is_internal=False, partitions=_partitions(t),
+                                   topic_authorized_operations=auth_ops)
+
+
+def metadata(req, version: int, node: NodeState):
+    cat = node.topics
+    auth = _TOPIC_OPS if (version >= 8 and req.include_topic_authorized_operations) \
+        else UNKNOWN_AUTH_OPS
+    want = req.topics
+    if want is None or (version == 0 and not want):
+        # null (v1+) or, in v0, an empty list: every topic. Never auto-created.
+        topics = [_meta_topic(t, auth) for t in cat]
+    else:
+        topics = []
+        seen = set()
+        for rt in want:
+            if version >= 10 and rt.name is None:
+                key = ("id", rt.topic_id)
+                if key in seen:
+                    continue
+                seen.add(key)
+                t = cat.by_id.get(rt.topic_id)
+                if t is None:
+                    topics.append(m.MetadataResponseTopic(
+                        error_code=int(E.UNKNOWN_TOPIC_ID),
+                        name=None if version >= 12 else "", topic_id=rt.topic_id,
+                        topic_authorized_operations=auth))
+                else:
+                    topics.append(_meta_topic(t, auth))
+                continue
+            key = ("name", rt.name)
+            if key in seen:
+                continue
+            seen.add(key)
+            t = cat.by_name.get(rt.name)
+            if t is None:
+                topics.append(m.MetadataResponseTopic(
+                    error_code=int(E.UNKNOWN_TOPIC_OR_PARTITION), name=rt.name,
+                    topic_id=ZERO_UUID, topic_authorized_operations=auth))
+            else:
+                topics.append(_meta_topic(t, auth))
+    cluster_ops = _CLUSTER_OPS if (8 <= version <= 10 and
+                                   req.include_cluster_authorized_operations) \
+        else UNKNOWN_AUTH_OPS
+    return m.MetadataResponse(
+        brokers=[m.MetadataResponseBroker(node_id=NODE_ID, host=node.host, port=node.port,
+                                          rack=None)],
+        cluster_id=node.cluster_id, controller_id=NODE_ID, topics=topics,
+        cluster_authorized_operations=cluster_ops, error_code=0)
+
+
+# ---------------------------------------------------------------------- FindCoordinator
+GROUP_KEY_TYPE = 0
+_KEY_TYPE_NAMES = {1: "transaction", 2: "share"}
+
+
+def _key_error(key_type: int) -> tuple:
+    what = _KEY_TYPE_NAMES.get(key_type)
+    if what is None:
+        return E.INVALID_REQUEST, "unknown coordinator key type %d" % key_type
+    # Not retriable on purpose: no other node will ever coordinate these keys.
+    return E.INVALID_REQUEST, ("this node coordinates groups only; it is not a %s coordinator"
+                               % what)
+
+
+def find_coordinator(req, version: int, node: NodeState):
+    key_type = req.key_type if version >= 1 else GROUP_KEY_TYPE
+    if version >= 4:
+        out = []
+        for key in req.coordinator_keys:
+            if key_type == GROUP_KEY_TYPE:
+                out.append(m.FindCoordinatorResponseCoordinator(
+                    key=key, node_id=NODE_ID, host=node.host, port=node.port, error_code=0,
+                    error_message=None))
+            else:
+                code, msg = _key_error(key_type)
+                out.append(m.FindCoordinatorResponseCoordinator(
+                    key=key, node_id=-1, host="", port=-1, error_code=int(code),
+                    error_message=msg))
+        return m.FindCoordinatorResponse(coordinators=out)
+    if key_type == GROUP_KEY_TYPE:
+        return m.FindCoordinatorResponse(error_code=0, error_message=None, node_id=NODE_ID,
+                                         host=node.host, port=node.port)
+    code, msg = _key_error(key_type)
+    return m.FindCoordinatorResponse(error_code=int(code), error_message=msg, node_id=-1,
+                                     host="", port=-1)
+
+
+# ---------------------------------------------------------------------- ListOffsets
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+
+
+def _epoch_error(current_leader_epoch: int) -> int:
+    # -1 = the client does not know; above ours = it knows a newer leader than we do.
+    if current_leader_epoch > LEADER_EPOCH:
+        return int(E.UNKNOWN_LEADER_EPOCH)
+    return 0
+
+
+def list_offsets(req, version: int, node: NodeState):
+    cat = node.topics
+    topics = []
+    for rt in req.topics:
+        t = cat.by_name.get(rt.name)
+        parts = []
+        for p in rt.partitions:
+            err = 0
+            if t is None or not 0 <= p.partition_index < t.partitions:
+                err = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+            elif version >= 4:
+                err = _epoch_error(p.current_leader_epoch)
+            if err:
+                parts.append(m.ListOffsetsResponseListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=err, timestamp=-1,
+                    offset=-1, leader_epoch=-1))
+                continue
+            ts = p.timestamp
+            # Every partition is empty: log start = end = 0. Like Kafka, LATEST carries the
+            # current leader epoch, EARLIEST the epoch of the first batch (none: -1), and a
+            # timestamp lookup in an empty log finds nothing (offset -1).
+            if ts == LATEST:
+                off, epoch = 0, LEADER_EPOCH
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                off, epoch = 0, -1
+            else:
+                off, epoch = -1, -1
+            parts.append(m.ListOffsetsResponseListOffsetsPartitionResponse(
+                partition_index=p.partition_index, error_code=0, timestamp=-1, offset=off,
+                leader_epoch=epoch if version >= 4 else -1))
+        topics.append(m.ListOffsetsResponseListOffsetsTopicResponse(name=rt.name,
+                                                                    partitions=parts))
+    return m.ListOffsetsResponse(topics=topics)
+
+
+# ---------------------------------------------------------------------- Fetch
+def fetch(req, version: int, node: NodeState) -> tuple:
+    """-> (response, hold): hold is True when the response should be held for MaxWaitMs
+    (nothing to return and no error, as Kafka waits for MinBytes that never arrive here)."""
+    if version >= 7 and req.session_id != 0:
+        # We never create fetch sessions (every response says session 0), so an incremental
+        # fetch names a session we do not have; the client falls back to a full fetch.
+        return m.FetchResponse(error_code=int(E.FETCH_SESSION_ID_NOT_FOUND),
+                               session_id=0, responses=[]), False
+    cat = node.topics
+    by_id = version >= 13
+    any_error = False
+    out = []
+    for rt in req.topics:
+        if by_id:
+            t = cat.by_id.get(rt.topic_id)
+            missing = int(E.UNKNOWN_TOPIC_ID)
+        else:
+            t = cat.by_name.get(rt.topic)
+            missing = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+        parts = []
+        for p in rt.partitions:
+            if t is None:
+                err = missing
+            elif not 0 <= p.partition < t.partitions:
+                err = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                err = _epoch_error(p.current_leader_epoch) if version >= 9 else 0
+            if err:
+                any_error = True
+                parts.append(m.FetchResponsePartitionData(
+                    partition_index=p.partition, error_code=err, high_watermark=-1,
+                    last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                    records=b""))
+            else:
+                # Any position is "caught up, no data yet": answering OFFSET_OUT_OF_RANGE
+                # for a committed offset above 0 would make clients reset (and re-commit)
+                # positions their group legitimately stored here.
+                parts.append(m.FetchResponsePartitionData(
+                    partition_index=p.partition, error_code=0, high_watermark=0,
+                    last_stable_offset=0, log_start_offset=0,
+                    aborted_transactions=None if req.isolation_level == 0 else [],
+                    records=b""))
+        out.append(m.FetchResponseFetchableTopicResponse(
+            topic=rt.topic if not by_id else "",
+            topic_id=rt.topic_id if by_id else ZERO_UUID, partitions=parts))
+    resp = m.FetchResponse(error_code=0, session_id=0, responses=out)
+    hold = (not any_error) and req.max_wait_ms > 0 and req.min_bytes > 0
+    return resp, hold
+
+
+# ---------------------------------------------------------------------- Produce
+def produce(req, version: int, node: NodeState):
+    """None when acks=0 (Kafka sends no response then); else every partition answered
+    INVALID_REQUEST (not retriable: retrying cannot help) with the reason in ErrorMessage
+    (v8+)."""
+    if req.acks == 0:
+        return None
+    code = int(E.INVALID_REQUEST)
+    return m.ProduceResponse(responses=[
+        m.ProduceResponseTopicProduceResponse(name=t.name, partition_responses=[
+            m.ProduceResponsePartitionProduceResponse(
+                index=p.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                log_start_offset=-1, record_errors=[], error_message=NO_DATA_MESSAGE)
+            for p in t.partition_data])
+        for t in req.topic_data])
+
+
+# ---------------------------------------------------------------------- CreateTopics
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_NAME_LENGTH = 249
+
+
+def validate_topic_name(name: str) -> Optional[str]:
+    """Kafka's rules for a topic name; returns the reason it is invalid, or None."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return "topic name cannot be '.' or '..'"
+    if len(name) > MAX_NAME_LENGTH:
+        return "topic name is longer than %d characters" % MAX_NAME_LENGTH
+    if not _LEGAL.match(name):
+        return ("topic name %r has characters other than ASCII alphanumerics, '.', '_' "
+                "and '-'" % name)
+    return None
+
+
+def plan_create_topics(req, version: int, catalog: TopicCatalog) -> tuple:
+    """-> (response, new catalog or None). Pure: the caller persists the new catalog and
+    installs it (``coordinator.set_topics``) before it sends the response, unless
+    ValidateOnly. Per-topic errors as Kafka's: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
+    INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (this node is the only broker),
+    INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a name given twice)."""
+    counts: dict = {}
+    for t in req.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    results = []
+    new: list = []
+    for t in req.topics:
+        code, msg, parts = _check_creatable(t, version, catalog, counts)
+        if code:
+            results.append(m.CreateTopicsResponseCreatableTopicResult(
+                name=t.name, topic_id=ZERO_UUID, error_code=int(code), error_message=msg,
+                num_partitions=-1, replication_factor=-1, configs=None))
+            continue
+        tid = topic_id_for(t.name)
+        new.append(Topic(t.name, tid, parts))
+        results.append(m.CreateTopicsResponseCreatableTopicResult(
+            name=t.name, topic_id=tid, error_code=0, error_message=None,
+            num_partitions=parts, replication_factor=1, configs=[]))
+    resp = m.CreateTopicsResponse(topics=results)
+    if not new or req.validate_only:
+        return resp, None
+    return resp, catalog.with_topics(*new)
+
+
+def _check_creatable(t, version: int, catalog: TopicCatalog, counts: dict) -> tuple:
+    if counts[t.name] > 1:
+        return E.INVALID_REQUEST, "topic %r appears more than once in the request" % t.name, 0
+    bad = validate_topic_name(t.name)
+    if bad:
+        return E.INVALID_TOPIC_EXCEPTION, bad, 0
+    if t.name in catalog.by_name:
+        return E.TOPIC_ALREADY_EXISTS, "topic %r already exists" % t.name, 0
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return (E.INVALID_REQUEST, "both numPartitions or replicationFactor and "
+                    "replicasAssignments were set", 0)
+        idx = sorted(a.partition_index for a in t.assignments)
+        if idx != list(range(len(idx))):
+            return E.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1", 0
+        for a in t.assignments:
+            if list(a.broker_ids) != [NODE_ID]:
+                return (E.INVALID_REPLICA_ASSIGNMENT, "this cluster has one broker, node %d"
+                        % NODE_ID, 0)
+        parts = len(idx)
+    else:
+        parts = t.num_partitions
+        if parts == -1 and version >= 4:
+            parts = DEFAULT_PARTITIONS
+        if parts < 1:
+            return E.INVALID_PARTITIONS, "number of partitions must be at least 1", 0
+        if t.replication_factor not in (1, -1) or (t.replication_factor == -1 and version < 4):
+            return (E.INVALID_REPLICATION_FACTOR, "replication factor must be 1: this "
+                    "cluster has one broker", 0)
+    if parts > MAX_PARTITIONS:
+        return E.INVALID_PARTITIONS, "at most %d partitions per topic" % MAX_PARTITIONS, 0
+    return 0, None, parts
+
+
+# ---------------------------------------------------------------------- generic errors
+_SCHEMA_DIR = os.path.join(os.path.dirname(m.__file__), "schemas")
+_TOP_LEVEL: Optional[dict] = None
+
+
+def _top_level_fields() -> dict:
+    # {api_key: (error code versions, error message versions)} from the schemas: which
+    # response versions can carry a request-wide error.
+    global _TOP_LEVEL
+    if _TOP_LEVEL is None:
+        out = {}
+        for spec in load_all(_SCHEMA_DIR).values():
+            if spec.type != "response":
+                continue
+            fields = {f.name: f for f in spec.fields}
+            out[spec.api_key] = (fields.get("ErrorCode"), fields.get("ErrorMessage"))
+        _TOP_LEVEL = out
+    return _TOP_LEVEL
+
+
+def top_level_error_response(api_key: int, version: int, code: int,
+                             message: Optional[str] = None):
+    """A response of api_key at version carrying ``code`` as its request-wide error, or None
+    when that response has no top-level error code (the caller then closes the
+    connection: an empty response without an error would read as success)."""
+    from groupcoord.protocol import get_codec
+    ec, em = _top_level_fields().get(api_key, (None, None))
+    if ec is None or not ec.present(version):
+        return None
+    resp_t = get_codec(api_key, version).response_type
+    kw = {"error_code": int(code)}
+    if em is not None and em.present(version) and message is not None:
+        kw["error_message"] = message
+    if api_key == METADATA:
+        kw["brokers"] = []
+    return resp_t(**kw)
+
+
+def node_api_ranges(supported: dict, serves: Callable[[int], bool]) -> dict:
+    """The ranges to advertise: APIs with a codec AND an implementation (node or coordinator).
+    Never advertise something we would not answer."""
+    return {k: r for k, r in supported.items() if k in NODE_APIS or serves(k)}

@@ -1,0 +1,197 @@
+"""The TCP front end: listening socket, connection table, limits, idle reaping, shutdown.
+
+    server = Server(ServerConfig(host="127.0.0.1", port=0), coordinator, store=CatalogStore(d))
+    host, port = await server.start()       # bound; Metadata advertises (advertised host, port)
+    ...
+    await server.shutdown()                  # stop accepting, drain, coordinator.close(), close
+
+This is the only layer with sockets and the event loop (uvloop by default, see cli.py). The
+coordinator is anything with the runtime's interface (start/serves/submit/topics/set_topics/
+close); the server never looks inside it.
+
+Shutdown order (SIGTERM/SIGINT in ``groupcoord serve``):
+  1. stop accepting and stop reading requests on every connection;
+  2. answer held Fetches now, and wait (at most ``shutdown_grace_ms``) for the requests already
+     read to be answered and written;
+  3. ``coordinator.close()``: it answers the requests still parked (JoinGroup at the barrier,
+     SyncGroup waiting for the leader) and flushes durable writes; their responses are written
+     (again bounded by the grace time);
+  4. close every connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
+from groupcoord.protocol.error_codes import ErrorCode as E
+from groupcoord.server import node as N
+from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
+from groupcoord.server.connection import Connection
+
+__all__ = ["Server", "ServerConfig"]
+
+log = logging.getLogger("groupcoord.server")
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092                        # 0: pick a free port (start() returns it)
+    advertised_host: Optional[str] = None   # what Metadata/FindCoordinator say; default host
+    data_dir: Optional[str] = None          # where the cluster id lives (None: per process)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_connections: int = 10_000
+    connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
+    max_in_flight_per_connection: int = 1000
+    write_buffer_high: int = 1 << 20        # pause reading above this many unsent bytes
+    fetch_max_wait_cap_ms: int = 300_000    # an empty Fetch is held min(MaxWaitMs, this)
+    shutdown_grace_ms: int = 5_000
+    backlog: int = 1024
+    cluster_id: Optional[str] = None        # overrides the stored one (tests)
+
+
+class Server:
+    def __init__(self, config: ServerConfig, coordinator, store: Optional[CatalogStore] = None):
+        self.config = config
+        self.coordinator = coordinator
+        self.store = store
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.node: Optional[N.NodeState] = None
+        self.connections: set = set()
+        self.stopping = False
+        self.address: Optional[tuple] = None
+        self._srv = None
+        self._reaper: Optional[asyncio.Task] = None
+        self._topics_lock: Optional[asyncio.Lock] = None
+        self._refused = 0                  # refusals not yet logged (rate-limited logging)
+        self._refused_logged_at = -1e9
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> tuple:
+        """Bind and start accepting; returns the bound (host, port)."""
+        cfg = self.config
+        self.loop = asyncio.get_running_loop()
+        self._topics_lock = asyncio.Lock()
+        cluster_id = cfg.cluster_id or load_or_create_cluster_id(cfg.data_dir)
+        ranges = N.node_api_ranges(supported_versions(), self.coordinator.serves)
+        coord = self.coordinator
+        self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
+                                lambda: coord.topics, ranges)
+        self._srv = await self.loop.create_server(
+            lambda: Connection(self), cfg.host, cfg.port, backlog=cfg.backlog,
+            reuse_address=True)
+        sock = self._srv.sockets[0]
+        host, port = sock.getsockname()[:2]
+        self.node.port = port
+        if not cfg.advertised_host:
+            self.node.host = cfg.host if cfg.host not in ("", "0.0.0.0", "::") else host
+        self.address = (host, port)
+        if cfg.connections_max_idle_ms > 0:
+            self._reaper = self.loop.create_task(self._reap_idle())
+        log.info("listening on %s:%s (advertised as %s:%s), %d APIs advertised",
+                 host, port, self.node.host, port, len(ranges))
+        return host, port
+
+    async def shutdown(self) -> None:
+        """Graceful stop (see the module docstring). Idempotent."""
+        if self.stopping:
+            return
+        self.stopping = True
+        grace = self.config.shutdown_grace_ms / 1000.0
+        if self._srv is not None:
+            self._srv.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for c in list(self.connections):
+            c.stop_reading()
+            c.release_held()
+        await self._drain(grace)
+        try:
+            await self.coordinator.close()
+        except Exception:
+            log.exception("coordinator close failed")
+        await self._drain(grace)
+        for c in list(self.connections):
+            c.close()
+        if self._srv is not None:
+            try:
+                await asyncio.wait_for(self._srv.wait_closed(), grace)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        log.info("server stopped")
+
+    close = shutdown
+
+    async def _drain(self, timeout: float) -> None:
+        # Wait until no connection has a request in flight (or the timeout).
+        deadline = self.loop.time() + timeout
+        while any(c.in_flight() for c in self.connections):
+            if self.loop.time() >= deadline:
+                n = sum(c.in_flight() for c in self.connections)
+                log.warning("shutdown: %d request(s) still in flight after %.1f s; closing "
+                            "without their responses", n, timeout)
+                return
+            await asyncio.sleep(0.01)
+
+    # ------------------------------------------------------------------ connections
+    def _admit(self, conn: Connection) -> bool:
+        if self.stopping:
+            return False
+        if len(self.connections) >= self.config.max_connections:
+            self._refused += 1
+            now = self.loop.time()
+            if now - self._refused_logged_at >= 1.0:   # one line per second under a flood
+                more = self._refused - 1
+                log.warning("connection from %s refused: %d connections open (max "
+                            "connections)%s", conn.peer, len(self.connections),
+                            (", and %d more refused since the last report" % more)
+                            if more else "")
+                self._refused = 0
+                self._refused_logged_at = now
+            return False
+        self.connections.add(conn)
+        return True
+
+    def _forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+
+    async def _reap_idle(self) -> None:
+        limit = self.config.connections_max_idle_ms / 1000.0
+        period = min(max(limit / 10.0, 0.01), 10.0)
+        while True:
+            await asyncio.sleep(period)
+            now = self.loop.time()
+            for c in list(self.connections):
+                # A connection waiting for a response (a parked JoinGroup) is not idle.
+                if not c.in_flight() and now - c.last_active > limit:
+                    c.close("idle for more than %d ms (connections max idle); closed"
+                            % self.config.connections_max_idle_ms)
+
+    # ------------------------------------------------------------------ CreateTopics
+    async def create_topics(self, req, version: int):
+        # Serialised: two concurrent creates must both see each other's topics.
+        async with self._topics_lock:
+            resp, new = N.plan_create_topics(req, version, self.coordinator.topics)
+            if new is None:
+                return resp
+            created = [r for r in resp.topics if r.error_code == 0]
+            if self.store is not None:
+                try:
+                    await self.loop.run_in_executor(None, self.store.save, new)
+                except OSError as e:
+                    log.error("CreateTopics: cannot persist the topic catalog: %s", e)
+                    for r in created:
+                        r.error_code = int(E.KAFKA_STORAGE_ERROR)
+                        r.error_message = "cannot persist the topic catalog: %s" % e
+                        r.topic_id = N.ZERO_UUID
+                        r.num_partitions = r.replication_factor = -1
+                        r.configs = None
+                    return resp
+            await self.coordinator.set_topics(new)
+            log.info("created topic(s) %s", ", ".join("%s (%d partitions)"
+                                                      % (r.name, r.num_partitions)
+                                                      for r in created))
+            return resp

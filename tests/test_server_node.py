@@ -1,0 +1,270 @@
+"""Node-level APIs (server/node.py) as pure functions: every answer at every version must also
+encode (the codec is strict about fields a version cannot carry)."""
+import pytest
+
+import groupcoord.protocol as P
+from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
+from groupcoord.protocol.error_codes import ErrorCode as E
+from groupcoord.server import node as N
+
+M = P.messages
+CAT = TopicCatalog.of(orders=3, payments=1)
+RANGES = N.node_api_ranges(P.supported_versions(), lambda k: k in (11, 12, 13, 14))
+NODE = N.NodeState("broker.example", 9999, "cluster-xyz", lambda: CAT, RANGES)
+
+
+def versions(cls):
+    lo, hi = cls.VERSIONS
+    return range(lo, hi + 1)
+
+
+def roundtrip(resp, version):
+    """Encode + decode at version (proves the response is valid on the wire)."""
+    return P.decode(type(resp), P.encode(resp, version), version)
+
+
+# ---------------------------------------------------------------------- ApiVersions
+def test_api_versions_advertise_exactly_node_apis_and_what_the_coordinator_serves():
+    keys = {a.api_key: (a.min_version, a.max_version) for a in N.api_versions(None, 3, NODE).api_keys}
+    sv = P.supported_versions()
+    assert set(keys) == set(N.NODE_APIS) | {11, 12, 13, 14}
+    assert all(keys[k] == sv[k] for k in keys)
+    # never advertise a key the coordinator does not serve, even with a codec
+    assert 68 in sv and 68 not in keys
+
+
+@pytest.mark.parametrize("v", versions(M.ApiVersionsRequest))
+def test_api_versions_encodes_at_every_version(v):
+    assert roundtrip(N.api_versions(None, v, NODE), v).error_code == 0
+
+
+def test_api_versions_unsupported_is_v0_with_error_35_and_ranges():
+    resp = N.api_versions_unsupported(NODE)
+    assert resp.error_code == 35
+    frame = P.encode_response_frame(resp, 0, 7)
+    corr, body = P.decode_response_frame(frame[4:], 18, 0)
+    assert corr == 7 and body.error_code == 35 and len(body.api_keys) == len(RANGES)
+
+
+# ---------------------------------------------------------------------- Metadata
+@pytest.mark.parametrize("v", versions(M.MetadataRequest))
+def test_metadata_all_topics(v):
+    req = M.MetadataRequest(topics=[] if v == 0 else None)
+    resp = roundtrip(N.metadata(req, v, NODE), v)
+    assert [b.node_id for b in resp.brokers] == [0]
+    assert (resp.brokers[0].host, resp.brokers[0].port) == ("broker.example", 9999)
+    assert [t.name for t in resp.topics] == ["orders", "payments"]
+    orders = resp.topics[0]
+    assert [p.partition_index for p in orders.partitions] == [0, 1, 2]
+    assert all(p.leader_id == 0 and p.replica_nodes == [0] and p.isr_nodes == [0]
+               for p in orders.partitions)
+    if v >= 1:
+        assert resp.controller_id == 0
+    if v >= 2:
+        assert resp.cluster_id == "cluster-xyz"
+    if v >= 10:
+        assert orders.topic_id == topic_id_for("orders") != bytes(16)
+
+
+@pytest.mark.parametrize("v", [1, 4, 9, 13])
+def test_metadata_empty_list_means_no_topics_from_v1(v):
+    assert roundtrip(N.metadata(M.MetadataRequest(topics=[]), v, NODE), v).topics == []
+
+
+@pytest.mark.parametrize("v", versions(M.MetadataRequest))
+def test_metadata_by_name_and_unknown_never_created(v):
+    req = M.MetadataRequest(topics=[M.MetadataRequestTopic(name="payments"),
+                                    M.MetadataRequestTopic(name="nope"),
+                                    M.MetadataRequestTopic(name="payments")],
+                            allow_auto_topic_creation=True)
+    resp = roundtrip(N.metadata(req, v, NODE), v)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("payments", 0), ("nope", 3)]
+    assert resp.topics[1].partitions == []
+    assert "nope" not in CAT.by_name
+
+
+@pytest.mark.parametrize("v", [10, 11, 12, 13])
+def test_metadata_by_topic_id(v):
+    tid = topic_id_for("orders")
+    unknown = b"\x01" * 16
+    req = M.MetadataRequest(topics=[M.MetadataRequestTopic(topic_id=tid, name=None),
+                                    M.MetadataRequestTopic(topic_id=unknown, name=None)])
+    resp = roundtrip(N.metadata(req, v, NODE), v)
+    assert resp.topics[0].name == "orders" and resp.topics[0].topic_id == tid
+    assert len(resp.topics[0].partitions) == 3
+    assert resp.topics[1].error_code == E.UNKNOWN_TOPIC_ID == 100
+    assert resp.topics[1].name == (None if v >= 12 else "")
+
+
+def test_metadata_sees_a_new_catalog():
+    cat = [CAT]
+    node = N.NodeState("h", 1, "c", lambda: cat[0], RANGES)
+    cat[0] = CAT.with_topics(("fresh", 2))
+    resp = N.metadata(M.MetadataRequest(topics=None), 12, node)
+    assert "fresh" in [t.name for t in resp.topics]
+
+
+# ---------------------------------------------------------------------- FindCoordinator
+@pytest.mark.parametrize("v", range(0, 4))
+def test_find_coordinator_single_key(v):
+    resp = roundtrip(N.find_coordinator(M.FindCoordinatorRequest(key="g1"), v, NODE), v)
+    assert (resp.error_code, resp.node_id, resp.host, resp.port) == (0, 0, "broker.example", 9999)
+
+
+@pytest.mark.parametrize("v", [4, 5, 6])
+def test_find_coordinator_batched(v):
+    req = M.FindCoordinatorRequest(coordinator_keys=["a", "b", "c"], key_type=0)
+    resp = roundtrip(N.find_coordinator(req, v, NODE), v)
+    assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in resp.coordinators] == [
+        (k, 0, "broker.example", 9999, 0) for k in "abc"]
+
+
+@pytest.mark.parametrize("v", [1, 3, 4, 6])
+def test_find_coordinator_other_key_types_are_errors(v):
+    req = M.FindCoordinatorRequest(key="tx", coordinator_keys=["tx"], key_type=1)
+    resp = roundtrip(N.find_coordinator(req, v, NODE), v)
+    if v >= 4:
+        c = resp.coordinators[0]
+        assert (c.error_code, c.node_id) == (E.INVALID_REQUEST, -1)
+        assert "transaction" in c.error_message
+    else:
+        assert (resp.error_code, resp.node_id) == (E.INVALID_REQUEST, -1)
+        assert "transaction" in resp.error_message
+
+
+# ---------------------------------------------------------------------- ListOffsets
+@pytest.mark.parametrize("v", versions(M.ListOffsetsRequest))
+def test_list_offsets(v):
+    P_ = M.ListOffsetsRequestListOffsetsPartition
+    req = M.ListOffsetsRequest(topics=[
+        M.ListOffsetsRequestListOffsetsTopic(name="orders", partitions=[
+            P_(partition_index=0, timestamp=-2), P_(partition_index=1, timestamp=-1),
+            P_(partition_index=2, timestamp=1_700_000_000_000), P_(partition_index=3, timestamp=-1)]),
+        M.ListOffsetsRequestListOffsetsTopic(name="nope", partitions=[P_(partition_index=0)])])
+    resp = roundtrip(N.list_offsets(req, v, NODE), v)
+    ps = resp.topics[0].partitions
+    assert [(p.error_code, p.offset) for p in ps] == [(0, 0), (0, 0), (0, -1), (3, -1)]
+    if v >= 4:
+        assert ps[0].leader_epoch == -1 and ps[1].leader_epoch == 0
+    assert resp.topics[1].partitions[0].error_code == 3
+
+
+def test_list_offsets_newer_leader_epoch_is_unknown():
+    req = M.ListOffsetsRequest(topics=[M.ListOffsetsRequestListOffsetsTopic(name="orders", partitions=[
+        M.ListOffsetsRequestListOffsetsPartition(partition_index=0, current_leader_epoch=5, timestamp=-1)])])
+    assert N.list_offsets(req, 9, NODE).topics[0].partitions[0].error_code == E.UNKNOWN_LEADER_EPOCH
+
+
+# ---------------------------------------------------------------------- Fetch
+def _fetch_req(v, topics, max_wait=500, min_bytes=1):
+    out = []
+    for name, parts in topics:
+        out.append(M.FetchRequestFetchTopic(
+            topic=name if v < 13 else "",
+            topic_id=(topic_id_for(name) if name != "?" else b"\x07" * 16) if v >= 13 else bytes(16),
+            partitions=[M.FetchRequestFetchPartition(partition=p) for p in parts]))
+    return M.FetchRequest(max_wait_ms=max_wait, min_bytes=min_bytes, topics=out)
+
+
+@pytest.mark.parametrize("v", versions(M.FetchRequest))
+def test_fetch_empty_records_and_hold(v):
+    resp, hold = N.fetch(_fetch_req(v, [("orders", [0, 2])]), v, NODE)
+    assert hold
+    resp = roundtrip(resp, v)
+    t = resp.responses[0]
+    assert (t.topic if v < 13 else t.topic_id) == ("orders" if v < 13 else topic_id_for("orders"))
+    for p in t.partitions:
+        assert p.error_code == 0 and p.records == b"" and p.high_watermark == 0
+
+
+@pytest.mark.parametrize("v", versions(M.FetchRequest))
+def test_fetch_unknown_topic_or_partition_answers_at_once(v):
+    name = "nope" if v < 13 else "?"
+    resp, hold = N.fetch(_fetch_req(v, [("orders", [7]), (name, [0])]), v, NODE)
+    assert not hold
+    resp = roundtrip(resp, v)
+    assert resp.responses[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert resp.responses[1].partitions[0].error_code == (
+        E.UNKNOWN_TOPIC_ID if v >= 13 else E.UNKNOWN_TOPIC_OR_PARTITION)
+    assert all(p.records == b"" for t in resp.responses for p in t.partitions)
+
+
+def test_fetch_min_bytes_zero_is_not_held_and_sessions_are_refused():
+    assert not N.fetch(_fetch_req(12, [("orders", [0])], min_bytes=0), 12, NODE)[1]
+    req = _fetch_req(12, [("orders", [0])])
+    req.session_id = 42
+    req.session_epoch = 3
+    resp, hold = N.fetch(req, 12, NODE)
+    assert resp.error_code == E.FETCH_SESSION_ID_NOT_FOUND and not hold
+
+
+# ---------------------------------------------------------------------- Produce
+@pytest.mark.parametrize("v", versions(M.ProduceRequest))
+def test_produce_is_refused_per_partition_with_a_message(v):
+    req = M.ProduceRequest(acks=-1, topic_data=[M.ProduceRequestTopicProduceData(
+        name="orders", partition_data=[M.ProduceRequestPartitionProduceData(index=i, records=b"x")
+                                       for i in (0, 1)])])
+    resp = roundtrip(N.produce(req, v, NODE), v)
+    ps = resp.responses[0].partition_responses
+    assert [(p.index, p.error_code) for p in ps] == [(0, 42), (1, 42)]
+    if v >= 8:
+        assert "stores no data" in ps[0].error_message
+
+
+def test_produce_acks_0_gets_no_response():
+    assert N.produce(M.ProduceRequest(acks=0), 9, NODE) is None
+
+
+# ---------------------------------------------------------------------- CreateTopics
+def _ct(*topics, validate_only=False):
+    return M.CreateTopicsRequest(topics=[M.CreateTopicsRequestCreatableTopic(
+        name=n, num_partitions=p, replication_factor=rf) for n, p, rf in topics],
+        validate_only=validate_only)
+
+
+@pytest.mark.parametrize("v", versions(M.CreateTopicsRequest))
+def test_create_topics(v):
+    req = _ct(("new", 4, 1), ("orders", 3, 1), ("zero", 0, 1), ("bad name!", 1, 1),
+              ("rf3", 1, 3), ("dflt", -1, -1))
+    resp, cat = N.plan_create_topics(req, v, CAT)
+    resp = roundtrip(resp, v)
+    codes = {t.name: t.error_code for t in resp.topics}
+    assert codes["new"] == 0
+    assert codes["orders"] == E.TOPIC_ALREADY_EXISTS == 36
+    assert codes["zero"] == E.INVALID_PARTITIONS == 37
+    assert codes["bad name!"] == E.INVALID_TOPIC_EXCEPTION
+    assert codes["rf3"] == E.INVALID_REPLICATION_FACTOR
+    assert codes["dflt"] == (0 if v >= 4 else E.INVALID_PARTITIONS)
+    assert cat.by_name["new"].partitions == 4
+    assert cat.by_name["new"].topic_id == topic_id_for("new")
+    if v >= 7:
+        assert resp.topics[0].topic_id == topic_id_for("new")
+    if v >= 5:
+        assert resp.topics[0].num_partitions == 4 and resp.topics[0].replication_factor == 1
+
+
+def test_create_topics_validate_only_and_duplicates():
+    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), validate_only=True), 7, CAT)
+    assert resp.topics[0].error_code == 0 and cat is None
+    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), ("x", 2, 1)), 7, CAT)
+    assert [t.error_code for t in resp.topics] == [42, 42] and cat is None
+
+
+@pytest.mark.parametrize("name,ok", [("a.b_c-D9", True), ("", False), (".", False),
+                                     ("..", False), ("x" * 249, True), ("x" * 250, False),
+                                     ("é", False), ("a b", False)])
+def test_topic_name_rules(name, ok):
+    assert (N.validate_topic_name(name) is None) == ok
+
+
+# ---------------------------------------------------------------------- generic errors
+def test_top_level_error_response_only_where_the_version_has_one():
+    r = N.top_level_error_response(11, 5, 42, "bad")
+    assert r.error_code == 42
+    roundtrip(r, 5)
+    assert N.top_level_error_response(8, 8, 42) is None          # OffsetCommit: per partition
+    assert N.top_level_error_response(3, 12, 42) is None         # Metadata < v13
+    assert N.top_level_error_response(3, 13, 42).error_code == 42
+    assert N.top_level_error_response(10, 4, 42) is None         # FindCoordinator v4+: per key
+    r = N.top_level_error_response(68, 1, 42, "why")
+    assert roundtrip(r, 1).error_message == "why"
