@@ -135,5 +135,27 @@ def test_serve_help_explains_each_option():
     assert r.returncode == 0
     for opt in ("--host", "--port", "--advertised-host", "--data-dir", "--topic ",
                 "--topics-file", "--shards", "--max-frame-bytes", "--max-connections",
-                "--connections-max-idle-ms", "--fsync", "--loop", "--log-level"):
+                "--connections-max-idle-ms", "--fsync", "--group-config", "--loop",
+                "--log-level"):
         assert opt in r.stdout, opt
+
+
+def test_group_config_takes_kafka_setting_names():
+    from groupcoord.server.catalog import CatalogError
+    from groupcoord.server.main import parse_group_config
+    cfg = parse_group_config(["group.initial.rebalance.delay.ms=0",
+                              "group.consumer.heartbeat.interval.ms = 750",
+                              "group.consumer.assignors=range,uniform",
+                              "connect_session_timeout_ms=9000"])
+    assert cfg.group_initial_rebalance_delay_ms == 0
+    assert cfg.consumer_heartbeat_interval_ms == 750
+    assert cfg.consumer_assignors == ("range", "uniform")
+    assert cfg.connect_session_timeout_ms == 9000
+    assert cfg.group_max_session_timeout_ms == 1_800_000          # untouched default
+    with pytest.raises(CatalogError, match="NAME=VALUE"):
+        parse_group_config(["group.no.such.setting=1"])
+    with pytest.raises(CatalogError, match="not an integer"):
+        parse_group_config(["group.max.size=lots"])
+    r = subprocess.run([sys.executable, "-m", "groupcoord.cli", "serve", "--group-config",
+                        "nonsense"], capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.returncode == 2 and "--group-config" in r.stderr

@@ -77,12 +77,62 @@ def add_serve_parser(sub):
                    help="'always' (default): a response that depends on a write is sent after "
                         "the write is fsynced (group commit). 'unsafe-no-fsync': skip fsync; "
                         "a machine crash can lose acknowledged state (tests, benchmarks)")
+    from groupcoord.coordinator.config import ShardConfig
+    s.add_argument("--group-config", action="append", default=[], metavar="NAME=VALUE",
+                   help="a group setting by its Kafka broker name (repeatable), e.g. "
+                        "group.initial.rebalance.delay.ms=0 or "
+                        "group.consumer.heartbeat.interval.ms=1000. Known: %s"
+                        % ", ".join("%s (default %s)" % (_kafka_name(f), _show(v))
+                                    for f, v in _defaults(ShardConfig)))
     s.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="event loop: uvloop (default) or the stock asyncio loop (debugging)")
     s.add_argument("--log-level", default="INFO",
                    choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
                    type=str.upper, help="stderr log level (default %(default)s)")
     return s
+
+
+def _kafka_name(field: str) -> str:
+    """ShardConfig field -> Kafka's broker setting name (group.consumer.* for consumer_*)."""
+    if field.startswith(("consumer_", "connect_")):
+        field = "group_" + field
+    return field.replace("_", ".")
+
+
+def _show(v) -> str:
+    return ",".join(v) if isinstance(v, tuple) else str(v)
+
+
+def _defaults(cls) -> list:
+    d = cls()
+    return [(f, getattr(d, f)) for f in cls.__struct_fields__]
+
+
+def parse_group_config(items) -> "object":
+    """['group.initial.rebalance.delay.ms=0', ...] -> ShardConfig; CatalogError if unknown."""
+    import msgspec
+    from groupcoord.coordinator.config import ShardConfig
+    by_name = {}
+    for f, v in _defaults(ShardConfig):
+        by_name[_kafka_name(f)] = (f, v)
+        by_name[f] = (f, v)
+    kw = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in by_name:
+            raise CatalogError("--group-config %r: expected NAME=VALUE with NAME one of %s"
+                               % (item, ", ".join(sorted(n for n in by_name if "." in n))))
+        field, default = by_name[name.strip()]
+        value = value.strip()
+        try:
+            if isinstance(default, tuple):
+                kw[field] = tuple(x.strip() for x in value.split(",") if x.strip())
+            else:
+                kw[field] = int(value)
+        except ValueError:
+            raise CatalogError("--group-config %s: %r is not an integer" % (name, value)) \
+                from None
+    return msgspec.structs.replace(ShardConfig(), **kw)
 
 
 def _topics_given(args) -> list:
@@ -122,6 +172,7 @@ def run(args) -> int:
     try:
         _check_args(args)
         given = _topics_given(args)
+        args.shard_config = parse_group_config(args.group_config)
     except CatalogError as e:
         print("groupcoord serve: error: %s" % e, file=sys.stderr, flush=True)
         return 2
@@ -136,7 +187,6 @@ def run(args) -> int:
 
 async def _serve(args, given) -> int:
     try:
-        from groupcoord.coordinator.config import ShardConfig
         from groupcoord.runtime import Coordinator, RuntimeConfig
     except ImportError as e:   # pragma: no cover - the runtime is part of the package
         raise StartupError("the coordinator runtime is not available: %s" % e) from None
@@ -161,7 +211,7 @@ async def _serve(args, given) -> int:
                  "%s (%d)" % (t.name, t.partitions) for t in catalog))
 
     coord = Coordinator(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
-                                      fsync=args.fsync, shard_config=ShardConfig()),
+                                      fsync=args.fsync, shard_config=args.shard_config),
                         topics=catalog)
     await coord.start()
     server = Server(ServerConfig(
