@@ -140,8 +140,8 @@ def test_load_equals_naive_replay_on_recorded_traffic(traffic, tmp_path):
             dropped += stats.records_read - loaded(config, topics, lg)[1].records_replayed
             # Compaction of the closed segments, keeping and then dropping tombstones: the
             # load must still equal the reference loop on the compacted log. (Whether that
-            # equals the state before compaction is compaction's business; with tombstones
-            # kept it must, and that is checked here too.)
+            # equals the state before compaction is compaction's business; it must, and that
+            # is checked here too.)
             lg.roll()
             before = naive(config, topics, lg).snapshot(durable=True)
             for retention in (1 << 40, 0):
@@ -150,9 +150,10 @@ def test_load_equals_naive_replay_on_recorded_traffic(traffic, tmp_path):
                 for dedup in (True, False):
                     got, _ = loaded(config, topics, lg, dedup=dedup)
                     same_state(got, naive(config, topics, lg), TS)
-                if retention:
-                    # Tombstones kept: compaction itself changes nothing replay can see.
-                    assert naive(config, topics, lg).snapshot(durable=True) == before
+                # Compaction changes nothing replay can see, whether it keeps tombstones or
+                # drops them (a conversion's classic tombstone dropped leaves the offsets'
+                # group to be replaced by the new type: classic.is_offsets_only).
+                assert naive(config, topics, lg).snapshot(durable=True) == before
         except AssertionError as exc:
             raise AssertionError("%s, %s (seed %d): %s" % (name, stage, seed, exc)) from exc
         finally:
@@ -342,3 +343,27 @@ def test_compaction_keeps_the_group_an_offset_tombstone_names(tmp_path):
         assert set(want.groups) == {"s"}
         lg.compact(1 << 40, now_ms=TS)
         assert set(naive(None, None, lg).groups) == {"s"}
+
+
+def test_compaction_dropping_a_conversion_tombstone_keeps_the_new_group(tmp_path):
+    # classic group + offsets, converted to a consumer group (classic tombstone, consumer
+    # records). Compaction with tombstones dropped leaves: the offset commit (which creates an
+    # offsets-only classic group on replay) then the consumer records, which must replace it.
+    recs = [Record(m.GroupMetadataKey(group="g"), m.GroupMetadataValue(protocol_type="consumer",
+                                                                       generation=3)),
+            Record(m.OffsetCommitKey(group="g", topic="t", partition=0),
+                   m.OffsetCommitValue(offset=5)),
+            Record(m.GroupMetadataKey(group="g"), None),
+            Record(m.ConsumerGroupMetadataKey(group_id="g"),
+                   m.ConsumerGroupMetadataValue(epoch=4))]
+    with Log(str(tmp_path / "c")) as lg:
+        for r in recs:
+            lg.append([encode_record(r)], TS)
+        lg.roll()
+        before = naive(None, None, lg)
+        assert before.groups["g"].TYPE == "consumer"
+        lg.compact(0, now_ms=TS + 10 ** 9)
+        assert len(list(lg.read())) == 2
+        after = naive(None, None, lg)
+        assert after.groups["g"].TYPE == "consumer"
+        assert after.snapshot(durable=True) == before.snapshot(durable=True)

@@ -277,6 +277,15 @@ def new_empty_group(group_id: str) -> ClassicGroup:
     return ClassicGroup(group_id)
 
 
+def is_offsets_only(group) -> bool:
+    """A classic group that exists only because offsets were committed for its id (no group
+    record, no member). Replaying another group type's records for the id replaces it: after
+    compaction drops a conversion's classic tombstone, the offset commit before it recreates
+    such a group (Kafka calls it a simple group and replaces it the same way)."""
+    return (isinstance(group, ClassicGroup) and group.last_record is None
+            and not group.members)
+
+
 def check_member(group, member_id: str, instance_id: Optional[str]) -> int:
     """For other modules (offsets): UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID / 0."""
     return group.validate_member(member_id, instance_id)

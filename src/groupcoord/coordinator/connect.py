@@ -38,6 +38,7 @@ from collections import Counter
 from typing import NamedTuple, Optional
 
 from groupcoord.assign import kernels
+from groupcoord.coordinator import classic
 from groupcoord.coordinator import reconcile as rc
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.record_types import RecordType as RT
@@ -1064,7 +1065,7 @@ def _delayed_rebalance(shard, key, now_ms) -> Result:
 # ----------------------------------------------------------------------------- replay
 def _group(shard, gid: str) -> ConnectGroup:
     g = shard.groups.get(gid)
-    if g is None:
+    if g is None or classic.is_offsets_only(g):
         g = shard.groups[gid] = ConnectGroup(gid)
         g.session_ms = shard.config.connect_session_timeout_ms
     return g

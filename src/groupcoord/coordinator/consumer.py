@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 
 from groupcoord.assign import consumer as assignors
-from groupcoord.coordinator import ids
+from groupcoord.coordinator import classic, ids
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
@@ -1138,7 +1138,7 @@ def on_topics_changed(shard, now_ms: int) -> Result:
 # ====================================================================== replay
 def _group(shard, group_id: str, create: bool) -> Optional[ConsumerGroup]:
     g = shard.groups.get(group_id)
-    if g is None and create:
+    if create and (g is None or classic.is_offsets_only(g)):
         g = shard.groups[group_id] = ConsumerGroup(group_id, shard.config)
     return g if isinstance(g, ConsumerGroup) else None
 
