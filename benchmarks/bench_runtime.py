@@ -35,12 +35,13 @@ def commit_request(i: int, partitions: int = 1) -> m.OffsetCommitRequest:
 
 
 async def run_rate(d: str, rate: int, seconds: float, shards: int, fsync: str,
-                   per_request: int = 1) -> dict:
+                   per_request: int = 1, io_threads: int = 4) -> dict:
     """rate: records (writes) per second, sent as requests of per_request records each."""
     writes = rate
     rate = max(1, rate // per_request)          # requests per second
     shutil.rmtree(d, ignore_errors=True)
-    c = Coordinator(RuntimeConfig(data_dir=d, shards=shards, fsync=fsync),
+    c = Coordinator(RuntimeConfig(data_dir=d, shards=shards, fsync=fsync,
+                                  io_threads=io_threads),
                     topics=TopicCatalog.of(t=16))
     await c.start()
     loop = asyncio.get_running_loop()
@@ -98,6 +99,8 @@ def main(argv=None) -> int:
                          "(default 1,10: a request per write, and consumers committing 10 "
                          "partitions at once)")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    ap.add_argument("--io-threads", type=int, default=RuntimeConfig().io_threads,
+                    help="RuntimeConfig.io_threads: group commits written+fsynced at once")
     ap.add_argument("--out", default=None, help="also write the markdown table here")
     a = ap.parse_args(argv)
     base = a.dir or tempfile.mkdtemp(prefix="bench-runtime-", dir=os.getcwd())
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
                 for fsync in ("unsafe-no-fsync", "always"):
                     with asyncio.Runner(loop_factory=factory) as r:
                         row = r.run(run_rate(os.path.join(base, "d"), rate, a.seconds,
-                                             a.shards, fsync, per))
+                                             a.shards, fsync, per, a.io_threads))
                     rows.append(row)
                     print("rate %(rate)d x%(per_request)d fsync %(fsync)s: %(achieved).0f "
                           "writes/s, p50 %(p50).2f ms, p99 %(p99).2f ms" % row,

@@ -28,7 +28,7 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     tombstone_retention_ms: int = 24 * 3600 * 1000
     # Threads for log writes (write + fdatasync, one group commit per shard at a time) and
     # for assignor runs taken off the event loop.
-    io_threads: int = 4
+    io_threads: int = 8
     assignor_threads: int = 1
     # Server-side assignor runs over at least this many partitions run in a worker thread
     # (unless shard_config sets its own consumer_assignor_offload_partitions).
