@@ -75,7 +75,8 @@ CHILD = textwrap.dedent("""
 
 
 def _read_lines(proc, acked, sent):
-    for line in proc.stdout.read().decode().splitlines():
+    # Only complete lines: the kill may cut the last one mid-write ("S 3 1 12" of "S 3 1 123").
+    for line in proc.stdout.read().decode().split("\n")[:-1]:
         parts = line.split()
         if len(parts) == 4 and parts[0] in ("A", "S"):
             key, off = (int(parts[1]), int(parts[2])), int(parts[3])
