@@ -1,0 +1,1092 @@
+"""Load generator for `groupcoord serve`: many simulated group members over a few connections.
+
+    PYTHONPATH=src python benchmarks/loadgen.py --bootstrap 127.0.0.1:9092 \
+        --consumer-groups 10 --consumer-members 1000 --topics t0,t1 --seconds 10
+
+Our own asyncio client (uvloop when installed), built on the project's native codec
+(encode_request_frame / decode_response_frame / FrameSplitter):
+
+* Connections pipeline requests: every request gets a correlation id, responses are matched by
+  it, and everything queued during one loop iteration leaves in ONE transport.write.
+* Members are multiplexed over the connections (member i uses connection i % connections), and
+  each member has at most one heartbeat in flight, like a real client.
+* Consumer members (ConsumerGroupHeartbeat v0 or v1, KIP-848) follow their epoch and
+  assignment like a real member: an assignment in a response is reconciled at once (revoked
+  partitions dropped first, new ones taken) and the owned partitions are reported in the next
+  heartbeat, which is sent immediately; fenced / unknown members rejoin at epoch 0.
+* Connect workers (ConnectGroupHeartbeat); the worker the coordinator chooses answers
+  COMPUTE_ASSIGNMENT with PrepareAssignment -> the real incremental-cooperative assignor
+  (groupcoord.assign.connect, sticky over the members' current work) -> InstallAssignment.
+* Classic members: JoinGroup (v5, MEMBER_ID_REQUIRED round trip) -> SyncGroup (the leader
+  assigns round robin over the topics its members subscribe, as ConsumerProtocolAssignment) ->
+  Heartbeat; REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID make it rejoin.
+  Each classic member has a connection of its own (see ClassicGroupSim.add); consumer and
+  connect members share --connections connections.
+
+Modes (LoadGen.mode):
+  life   each member heartbeats at its heartbeat interval (the server's
+         heartbeat_interval_ms for consumer/connect, --classic-heartbeat-ms for classic), at
+         once when it has something to report. Used to form groups and to time convergence.
+  flood  closed loop: a member heartbeats again as soon as its previous heartbeat is answered,
+         with at most --window requests in flight per connection. Measures throughput.
+  paced  open loop at --rate heartbeats/s (token bucket, 1 ms ticks), members round robin,
+         still at most --window in flight per connection. Measures latency at a given rate.
+
+Latency = time.perf_counter() when the request is queued (the write happens in the same loop
+iteration) to when its response frame is read, per heartbeat, recorded only inside a
+measurement window. --echo points the same heartbeat frames at benchmarks/echo_server.py: the
+echoed frame is matched by its correlation id and decoded (as a request) instead of as a
+response; the members then stay as they are.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import struct
+import sys
+import time
+from array import array
+from collections import Counter, deque
+from typing import Optional
+
+import numpy as np
+
+from groupcoord.assign.connect import (WorkerAssignment, connect_units, from_wire,
+                                       incremental_cooperative, to_wire)
+from groupcoord.protocol import (FrameSplitter, decode_request_frame, decode_response_frame,
+                                 encode_request_frame)
+from groupcoord.protocol import embedded
+from groupcoord.protocol import messages as m
+
+__all__ = ["LoadGen", "ConsumerGroupSim", "ConnectGroupSim", "ClassicGroupSim",
+           "percentiles", "proc_cpu_seconds"]
+
+# error codes (Kafka's numbers; ours for connect)
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
+MEMBER_ID_REQUIRED = 79
+FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH = 110, 113
+COMPUTE_ASSIGNMENT = 10000
+RETRIABLE = frozenset((COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+                       -1))
+
+ICA = "incremental-cooperative"
+JOIN_V, SYNC_V, HB_V = 5, 3, 3        # what aiokafka / librdkafka send (non-flexible)
+CONNECT_V = 0
+_I32 = struct.Struct(">i")
+_perf = time.perf_counter
+
+
+def percentiles(samples, ps=(50, 99, 99.9)) -> dict:
+    """{p: milliseconds} of samples in seconds (nan when empty)."""
+    if len(samples) == 0:
+        return {p: float("nan") for p in ps}
+    a = np.frombuffer(samples, dtype=np.float64) if isinstance(samples, array) \
+        else np.asarray(samples, dtype=np.float64)
+    return {p: float(v) * 1000.0 for p, v in zip(ps, np.percentile(a, ps))}
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc/PID/stat, in seconds."""
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        data = f.read()
+    fields = data[data.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple:
+    """(busy, total) jiffies of the whole machine from /proc/stat (all cores)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+class Stats:
+    __slots__ = ("hb", "requests", "recording", "lat", "errors", "fenced", "rejoins")
+
+    def __init__(self):
+        self.hb = 0                    # heartbeats answered
+        self.requests = 0              # every request answered
+        self.recording = False
+        self.lat = array("d")          # heartbeat latencies (s) while recording
+        self.errors: Counter = Counter()   # (api, error code) -> count
+        self.fenced = 0                # members that had to rejoin (fenced / unknown)
+        self.rejoins = 0
+
+
+# ----------------------------------------------------------------------------- connection
+class Conn(asyncio.Protocol):
+    """One pipelined client connection."""
+
+    def __init__(self, lg: "LoadGen", index: int):
+        self.lg = lg
+        self.index = index
+        self.loop = lg.loop
+        self.stats = lg.stats
+        self.echo = lg.echo
+        self.splitter = FrameSplitter()
+        self.pending: dict = {}            # corr -> (api key, version, callback, is hb, t0)
+        self.out: list = []
+        self.flush_scheduled = False
+        self.corr = 0
+        self.transport = None
+        self.ready: deque = deque()        # members waiting for a send slot (flood/paced)
+        self.inflight_hb = 0
+        self.lost = False
+        self.client_id = lg.client_id
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def connection_lost(self, exc):
+        self.lost = True
+        if not self.lg.closing:
+            self.lg.fatal = "connection %d lost: %r (%d requests unanswered)" % (
+                self.index, exc, len(self.pending))
+
+    def _next_corr(self) -> int:
+        self.corr = c = (self.corr + 1) & 0x7FFFFFFF
+        return c
+
+    def send(self, req, version: int, cb, hb: bool = False) -> None:
+        corr = self._next_corr()
+        self._queue(encode_request_frame(req, version, corr, self.client_id), corr,
+                    req.API_KEY, version, cb, hb)
+
+    def send_template(self, tpl: tuple, cb) -> None:
+        """A cached heartbeat frame: (head 8 bytes, tail, api key, version); the correlation
+        id is patched in."""
+        corr = self._next_corr()
+        self._queue(tpl[0] + _I32.pack(corr) + tpl[1], corr, tpl[2], tpl[3], cb, True)
+
+    def _queue(self, frame, corr, key, version, cb, hb):
+        self.pending[corr] = (key, version, cb, hb, _perf())
+        if hb:
+            self.inflight_hb += 1
+        self.out.append(frame)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self):
+        self.flush_scheduled = False
+        if self.out and not self.lost:
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
+
+    def data_received(self, data):
+        now = _perf()
+        st = self.stats
+        pending = self.pending
+        for f in self.splitter.feed(data):
+            if self.echo:
+                header, _body = decode_request_frame(f)
+                corr = header.correlation_id
+            else:
+                corr = _I32.unpack_from(f, 0)[0]
+            key, ver, cb, hb, t0 = pending.pop(corr)
+            st.requests += 1
+            if hb:
+                self.inflight_hb -= 1
+                st.hb += 1
+                if st.recording:
+                    st.lat.append(now - t0)
+            if self.echo:
+                cb(None)
+            else:
+                cb(decode_response_frame(f, key, ver)[1])
+        if self.ready:
+            self.lg.pump(self)
+
+    def call(self, req, version: int) -> asyncio.Future:
+        """Send one request; a future of its response (setup and inspection)."""
+        fut = self.loop.create_future()
+        self.send(req, version, lambda r: fut.done() or fut.set_result(r))
+        return fut
+
+
+def _template(req, version: int) -> tuple:
+    frame = encode_request_frame(req, version, 0, "loadgen")
+    return (frame[:8], frame[12:], req.API_KEY, version)
+
+
+# ----------------------------------------------------------------------------- members
+class Member:
+    __slots__ = ("lg", "conn", "group", "inflight", "timer", "interval", "tpl")
+
+    def __init__(self, lg, conn, group):
+        self.lg = lg
+        self.conn = conn
+        self.group = group
+        self.inflight = False
+        self.timer = None
+        self.interval = 3.0
+        self.tpl = None
+
+    # scheduling ----------------------------------------------------------------
+    def schedule(self, urgent: bool = False, delay: Optional[float] = None) -> None:
+        lg = self.lg
+        if lg.closing:
+            return
+        if lg.mode == "life" or not self.steady():
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            if urgent:
+                self.heartbeat()
+            else:
+                self.timer = lg.loop.call_later(self.interval if delay is None else delay,
+                                                self._fire)
+        else:
+            self.conn.ready.append(self)
+
+    def _fire(self):
+        self.timer = None
+        self.heartbeat()
+
+    def steady(self) -> bool:
+        return True
+
+    def heartbeat(self) -> None:
+        raise NotImplementedError
+
+
+class ConsumerMember(Member):
+    __slots__ = ("member_id", "epoch", "owned", "report", "version", "topics", "hb_tpl_epoch",
+                 "interval_ms", "n_owned")
+
+    def __init__(self, lg, conn, group, member_id: str, version: int, topics: list):
+        super().__init__(lg, conn, group)
+        self.member_id = member_id
+        self.version = version
+        self.topics = topics
+        self.epoch = 0
+        self.owned: dict = {}          # topic id -> [partitions]
+        self.n_owned = 0
+        self.report = False
+        self.hb_tpl_epoch = None
+        self.interval = 5.0
+
+    def steady(self) -> bool:
+        return self.epoch > 0 and not self.report
+
+    def heartbeat(self) -> None:
+        if self.inflight or self.lg.closing:
+            return
+        self.inflight = True
+        if self.epoch == 0:
+            req = m.ConsumerGroupHeartbeatRequest(
+                group_id=self.group, member_id=self.member_id, member_epoch=0,
+                rebalance_timeout_ms=60_000, subscribed_topic_names=self.topics,
+                topic_partitions=[])
+            self.conn.send(req, self.version, self.on_response, True)
+        elif self.report:
+            self.report = False
+            req = m.ConsumerGroupHeartbeatRequest(
+                group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
+                topic_partitions=[m.ConsumerGroupHeartbeatRequestTopicPartitions(
+                    topic_id=t, partitions=p) for t, p in self.owned.items()])
+            self.conn.send(req, self.version, self.on_response, True)
+        else:
+            if self.hb_tpl_epoch != self.epoch:
+                self.tpl = _template(m.ConsumerGroupHeartbeatRequest(
+                    group_id=self.group, member_id=self.member_id, member_epoch=self.epoch),
+                    self.version)
+                self.hb_tpl_epoch = self.epoch
+            self.conn.send_template(self.tpl, self.on_response)
+
+    def on_response(self, resp) -> None:
+        self.inflight = False
+        if resp is None:                               # echo server
+            self.schedule()
+            return
+        ec = resp.error_code
+        if ec == NONE:
+            if resp.member_id:
+                self.member_id = resp.member_id
+            self.epoch = resp.member_epoch
+            if resp.heartbeat_interval_ms > 0:
+                self.interval = resp.heartbeat_interval_ms / 1000.0
+            a = resp.assignment
+            if a is not None:
+                # Reconcile at once: revoked partitions are dropped (revoke first), new ones
+                # taken; the owned set is reported in the next heartbeat, sent now.
+                self.owned = {tp.topic_id: list(tp.partitions) for tp in a.topic_partitions
+                              if tp.partitions}
+                self.n_owned = sum(len(p) for p in self.owned.values())
+                self.report = True
+            self.schedule(urgent=self.report)
+            return
+        st = self.lg.stats
+        st.errors[("ConsumerGroupHeartbeat", ec)] += 1
+        if ec in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
+            st.fenced += 1
+            self.epoch = 0                 # abandon the partitions, rejoin with the same id
+            self.owned = {}
+            self.n_owned = 0
+            self.report = False
+            self.schedule(urgent=True)
+        elif ec in RETRIABLE or ec == STALE_MEMBER_EPOCH:
+            self.schedule(delay=0.1)
+        else:
+            self.schedule()
+
+
+class ConnectWorker(Member):
+    __slots__ = ("worker_id", "epoch", "owned", "report", "computing", "sim", "send_config",
+                 "hb_tpl_epoch", "n_owned")
+
+    def __init__(self, lg, conn, sim, worker_id: str, send_config: bool):
+        super().__init__(lg, conn, sim.group)
+        self.sim = sim
+        self.worker_id = worker_id
+        self.epoch = 0
+        self.owned = None              # ConnectGroupHeartbeatRequestConnectorsAndTasks
+        self.n_owned = 0
+        self.report = False
+        self.computing = False
+        self.send_config = send_config
+        self.hb_tpl_epoch = None
+        self.interval = 3.0
+
+    def steady(self) -> bool:
+        return self.epoch > 0 and not self.report
+
+    def heartbeat(self) -> None:
+        if self.inflight or self.lg.closing:
+            return
+        self.inflight = True
+        if self.epoch == 0:
+            req = m.ConnectGroupHeartbeatRequest(
+                group_id=self.group, member_id=self.worker_id, member_epoch=0,
+                rebalance_timeout_ms=60_000, worker_url="http://%s:8083" % self.worker_id,
+                client_assignors=[m.ConnectGroupHeartbeatRequestAssignor(
+                    name=ICA, minimum_version=0, maximum_version=2, version=2)],
+                config_state=self.sim.config_state() if self.send_config else None)
+            self.conn.send(req, CONNECT_V, self.on_response, True)
+        elif self.report:
+            self.report = False
+            req = m.ConnectGroupHeartbeatRequest(
+                group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch,
+                owned_connectors_and_tasks=self.owned)
+            self.conn.send(req, CONNECT_V, self.on_response, True)
+        else:
+            if self.hb_tpl_epoch != self.epoch:
+                self.tpl = _template(m.ConnectGroupHeartbeatRequest(
+                    group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch),
+                    CONNECT_V)
+                self.hb_tpl_epoch = self.epoch
+            self.conn.send_template(self.tpl, self.on_response)
+
+    def on_response(self, resp) -> None:
+        self.inflight = False
+        if resp is None:
+            self.schedule()
+            return
+        ec = resp.error_code
+        if ec in (NONE, COMPUTE_ASSIGNMENT):
+            self.epoch = resp.member_epoch
+            if resp.heartbeat_interval_ms > 0:
+                self.interval = resp.heartbeat_interval_ms / 1000.0
+            a = resp.assignment
+            if a is not None:
+                ct = a.connectors_and_tasks
+                self.owned = m.ConnectGroupHeartbeatRequestConnectorsAndTasks(
+                    connectors=list(ct.connectors),
+                    tasks=[m.ConnectGroupHeartbeatRequestConnectorTasks(
+                        connector=t.connector, task_ids=list(t.task_ids)) for t in ct.tasks])
+                self.n_owned = len(ct.connectors) + sum(len(t.task_ids) for t in ct.tasks)
+                self.report = True
+            if ec == COMPUTE_ASSIGNMENT and not self.computing:
+                self.compute()
+            self.schedule(urgent=self.report)
+            return
+        st = self.lg.stats
+        st.errors[("ConnectGroupHeartbeat", ec)] += 1
+        if ec in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
+            st.fenced += 1
+            self.epoch = 0
+            self.owned = None
+            self.n_owned = 0
+            self.report = False
+            self.schedule(urgent=True)
+        elif ec in RETRIABLE or ec == STALE_MEMBER_EPOCH:
+            self.schedule(delay=0.1)
+        else:
+            self.schedule()
+
+    # the chosen worker's role ---------------------------------------------------
+    def compute(self) -> None:
+        self.computing = True
+        self.conn.send(m.ConnectGroupPrepareAssignmentRequest(
+            group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch),
+            CONNECT_V, self._prepared)
+
+    def _prepared(self, p) -> None:
+        if p.error_code != NONE:
+            self.lg.stats.errors[("ConnectGroupPrepareAssignment", p.error_code)] += 1
+            self.computing = False
+            return
+        names = [c.name for c in p.connectors]
+        tc = [c.task_count for c in p.connectors]
+        index = {n: i for i, n in enumerate(names)}
+        members = sorted(p.members, key=lambda x: x.member_id)   # Connect's tie-break order
+        n_units = int(connect_units(tc)[-1])
+        try:
+            # Sticky: the members' current work is the starting point (units of connectors
+            # that are gone make it fall back to a fresh assignment).
+            cur = from_wire([WorkerAssignment(
+                [index[c] for c in mem.connectors_and_tasks.connectors],
+                [(index[t.connector], list(t.task_ids))
+                 for t in mem.connectors_and_tasks.tasks]) for mem in members], tc)
+        except (KeyError, ValueError):
+            cur = np.full(n_units, -1, dtype=np.int32)
+        res = incremental_cooperative(tc, cur, len(members), p.coordinator_time_ms, 0)
+        out = []
+        for mem, wa in zip(members, to_wire(res.owner, tc, len(members))):
+            out.append(m.ConnectGroupInstallAssignmentRequestMember(
+                member_id=mem.member_id,
+                connectors_and_tasks=m.ConnectGroupInstallAssignmentRequestConnectorsAndTasks(
+                    connectors=[names[c] for c in wa.connectors],
+                    tasks=[m.ConnectGroupInstallAssignmentRequestConnectorTasks(
+                        connector=names[c], task_ids=ids) for c, ids in wa.tasks])))
+        self.sim.computes += 1
+        self.conn.send(m.ConnectGroupInstallAssignmentRequest(
+            group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch,
+            group_epoch=p.group_epoch, members=out), CONNECT_V, self._installed)
+
+    def _installed(self, r) -> None:
+        self.computing = False
+        if r.error_code != NONE:
+            # e.g. the group moved on while we computed: the next heartbeat asks again.
+            self.lg.stats.errors[("ConnectGroupInstallAssignment", r.error_code)] += 1
+
+
+class ClassicMember(Member):
+    __slots__ = ("member_id", "generation", "state", "owned", "topics", "sim", "n_owned",
+                 "hb_tpl_key")
+
+    JOINING, SYNCING, STABLE = 0, 1, 2
+
+    def __init__(self, lg, conn, sim, topics):
+        super().__init__(lg, conn, sim.group)
+        self.sim = sim
+        self.topics = topics
+        self.member_id = ""
+        self.generation = -1
+        self.state = self.JOINING
+        self.owned: dict = {}
+        self.n_owned = 0
+        self.interval = sim.heartbeat_s
+        self.hb_tpl_key = None
+
+    def steady(self) -> bool:
+        return self.state == self.STABLE
+
+    def heartbeat(self) -> None:
+        if self.inflight or self.lg.closing:
+            return
+        if self.state != self.STABLE:
+            self.join()
+            return
+        self.inflight = True
+        key = (self.generation, self.member_id)
+        if self.hb_tpl_key != key:
+            self.tpl = _template(m.HeartbeatRequest(group_id=self.group,
+                                                    generation_id=self.generation,
+                                                    member_id=self.member_id), HB_V)
+            self.hb_tpl_key = key
+        self.conn.send_template(self.tpl, self._hb)
+
+    def join(self) -> None:
+        self.inflight = True
+        self.state = self.JOINING
+        sub = embedded.encode_subscription(m.ConsumerProtocolSubscription(topics=self.topics),
+                                           1)
+        self.conn.send(m.JoinGroupRequest(
+            group_id=self.group, session_timeout_ms=45_000, rebalance_timeout_ms=60_000,
+            member_id=self.member_id, protocol_type="consumer",
+            protocols=[m.JoinGroupRequestProtocol(name="roundrobin", metadata=sub)]),
+            JOIN_V, self._joined)
+
+    def _rejoin(self, reset_id: bool = False) -> None:
+        self.lg.stats.rejoins += 1
+        if reset_id:
+            self.member_id = ""
+        self.state = self.JOINING
+        self.schedule(urgent=True)
+
+    def _joined(self, r) -> None:
+        self.inflight = False
+        ec = r.error_code
+        if ec == MEMBER_ID_REQUIRED:
+            self.member_id = r.member_id
+            self.schedule(urgent=True)
+            return
+        if ec != NONE:
+            self.lg.stats.errors[("JoinGroup", ec)] += 1
+            if ec == UNKNOWN_MEMBER_ID:
+                self._rejoin(reset_id=True)
+            elif ec == REBALANCE_IN_PROGRESS:
+                self._rejoin()
+            else:
+                self.schedule(delay=0.2)
+            return
+        self.member_id = r.member_id
+        self.generation = r.generation_id
+        self.state = self.SYNCING
+        assignments = []
+        if r.leader == self.member_id:
+            assignments = self.sim.leader_assign(r.members)
+        self.inflight = True
+        self.conn.send(m.SyncGroupRequest(
+            group_id=self.group, generation_id=self.generation, member_id=self.member_id,
+            protocol_type="consumer", protocol_name="roundrobin", assignments=assignments),
+            SYNC_V, self._synced)
+
+    def _synced(self, r) -> None:
+        self.inflight = False
+        ec = r.error_code
+        if ec != NONE:
+            self.lg.stats.errors[("SyncGroup", ec)] += 1
+            self._rejoin(reset_id=(ec == UNKNOWN_MEMBER_ID))
+            return
+        self.owned = {}
+        if r.assignment:
+            _v, a = embedded.decode_assignment(r.assignment)
+            self.owned = {tp.topic: list(tp.partitions) for tp in a.assigned_partitions
+                          if tp.partitions}
+        self.n_owned = sum(len(p) for p in self.owned.values())
+        self.state = self.STABLE
+        self.schedule()
+
+    def _hb(self, r) -> None:
+        self.inflight = False
+        if r is None:
+            self.schedule()
+            return
+        ec = r.error_code
+        if ec == NONE:
+            self.schedule()
+            return
+        self.lg.stats.errors[("Heartbeat", ec)] += 1
+        if ec in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION):
+            self._rejoin()
+        elif ec == UNKNOWN_MEMBER_ID:
+            self.lg.stats.fenced += 1
+            self._rejoin(reset_id=True)
+        else:
+            self.schedule(delay=0.2)
+
+
+# ----------------------------------------------------------------------------- groups
+def _balanced(counts) -> bool:
+    return not counts or max(counts) - min(counts) <= 1
+
+
+class ConsumerGroupSim:
+    kind = "consumer"
+
+    def __init__(self, lg, group, n_members, topics, version=1, prefix="m"):
+        self.lg, self.group, self.topics, self.version = lg, group, list(topics), version
+        self.members: list = []
+        self.add(n_members, prefix)
+
+    def add(self, n, prefix="m") -> list:
+        new = []
+        base = len(self.members)
+        for i in range(base, base + n):
+            # v1: the client generates its member id (22 chars, like a UUID in base64)
+            mid = ("%s-%s-%08d" % (prefix, self.group, i))[-22:].rjust(22, "0") \
+                if self.version >= 1 or self.lg.echo else ""
+            c = self.lg.next_conn()
+            mem = ConsumerMember(self.lg, c, self.group, mid, self.version, self.topics)
+            if self.lg.echo:
+                mem.epoch = 1
+            new.append(mem)
+        self.members.extend(new)
+        return new
+
+    def units(self) -> int:
+        return sum(self.lg.partitions[t] for t in self.topics)
+
+    def converged(self) -> bool:
+        """Client view: every member at the same epoch, holding what it was given, no
+        partition held twice, every partition held, counts within one of each other."""
+        ms = self.members
+        if not ms:
+            return True
+        e = ms[0].epoch
+        if e <= 0:
+            return False
+        total = 0
+        counts = []
+        for x in ms:
+            if x.epoch != e:
+                return False
+            total += x.n_owned
+            counts.append(x.n_owned)
+        if total != self.units() or not _balanced(counts):
+            return False
+        seen = set()
+        for x in ms:
+            for t, ps in x.owned.items():
+                for p in ps:
+                    seen.add((t, p))
+        return len(seen) == total
+
+    async def server_stable(self, conn) -> tuple:
+        d = await conn.call(m.ConsumerGroupDescribeRequest(group_ids=[self.group]), 0)
+        g = d.groups[0]
+        return g.group_state, g.group_epoch, g.assignment_epoch, len(g.members)
+
+
+class ConnectGroupSim:
+    kind = "connect"
+
+    def __init__(self, lg, group, n_workers, n_connectors, tasks_per):
+        self.lg, self.group = lg, group
+        self.names = ["connector-%05d" % c for c in range(n_connectors)]
+        self.tc = [tasks_per] * n_connectors
+        self.computes = 0
+        self.members: list = []
+        self.add(n_workers)
+
+    def config_state(self):
+        return m.ConnectGroupHeartbeatRequestConfigState(
+            config_offset=1, connectors=[m.ConnectGroupHeartbeatRequestConnectorConfig(
+                name=n, task_count=t) for n, t in zip(self.names, self.tc)])
+
+    def add(self, n) -> list:
+        base = len(self.members)
+        new = []
+        for i in range(base, base + n):
+            w = ConnectWorker(self.lg, self.lg.next_conn(), self,
+                              "worker-%s-%06d" % (self.group, i), send_config=(i == 0))
+            if self.lg.echo:
+                w.epoch = 1
+            new.append(w)
+        self.members.extend(new)
+        return new
+
+    def units(self) -> int:
+        return int(connect_units(self.tc)[-1])
+
+    def converged(self) -> bool:
+        ms = self.members
+        e = ms[0].epoch
+        if e <= 0:
+            return False
+        total = 0
+        counts = []
+        for x in ms:
+            if x.epoch != e or x.owned is None:
+                return False
+            total += x.n_owned
+            counts.append(x.n_owned)
+        if total != self.units():
+            return False
+        seen = set()
+        for x in ms:
+            for c in x.owned.connectors:
+                seen.add((c, -1))
+            for t in x.owned.tasks:
+                for i in t.task_ids:
+                    seen.add((t.connector, i))
+        return len(seen) == total
+
+    async def server_stable(self, conn) -> tuple:
+        d = await conn.call(m.ConnectGroupDescribeRequest(group_ids=[self.group]), 0)
+        g = d.groups[0]
+        return g.group_state, g.group_epoch, g.assignment_epoch, len(g.members)
+
+
+class ClassicGroupSim:
+    kind = "classic"
+
+    def __init__(self, lg, group, n_members, topics, heartbeat_ms=3000):
+        self.lg, self.group, self.topics = lg, group, list(topics)
+        self.heartbeat_s = heartbeat_ms / 1000.0
+        self.members: list = []
+        self.assigns = 0
+        self.add(n_members)
+
+    def add(self, n) -> list:
+        # A classic member gets a connection of its own (LoadGen.start opens it), as a Kafka
+        # client has: a JoinGroup parked at the barrier holds back every response queued
+        # after it on its connection (responses go in request order), so members sharing a
+        # connection would never see the heartbeat that tells them to rejoin.
+        new = [ClassicMember(self.lg, None, self, self.topics) for _ in range(n)]
+        self.members.extend(new)
+        return new
+
+    def units(self) -> int:
+        return sum(self.lg.partitions[t] for t in self.topics)
+
+    def leader_assign(self, members) -> list:
+        """Round robin over every (topic, partition) the members subscribe, members sorted
+        by id (Kafka's RoundRobinAssignor for identical subscriptions)."""
+        self.assigns += 1
+        topics = set()
+        for mem in members:
+            _v, sub = embedded.decode_subscription(mem.metadata)
+            topics.update(sub.topics)
+        ids = sorted(mem.member_id for mem in members)
+        per = {i: {} for i in ids}
+        k = 0
+        n = len(ids)
+        for t in sorted(topics):
+            for p in range(self.lg.partitions.get(t, 0)):
+                per[ids[k % n]].setdefault(t, []).append(p)
+                k += 1
+        return [m.SyncGroupRequestAssignment(member_id=i, assignment=embedded.encode_assignment(
+            m.ConsumerProtocolAssignment(assigned_partitions=[
+                m.ConsumerProtocolAssignmentTopicPartition(topic=t, partitions=ps)
+                for t, ps in per[i].items()]), 1)) for i in ids]
+
+    def converged(self) -> bool:
+        ms = self.members
+        g = ms[0].generation
+        total = 0
+        counts = []
+        for x in ms:
+            if x.state != ClassicMember.STABLE or x.generation != g:
+                return False
+            total += x.n_owned
+            counts.append(x.n_owned)
+        if total != self.units() or not _balanced(counts):
+            return False
+        seen = set()
+        for x in ms:
+            for t, ps in x.owned.items():
+                for p in ps:
+                    seen.add((t, p))
+        return len(seen) == total
+
+    async def server_stable(self, conn) -> tuple:
+        d = await conn.call(m.DescribeGroupsRequest(groups=[self.group]), 0)
+        g = d.groups[0]
+        return g.group_state, None, None, len(g.members)
+
+
+# ----------------------------------------------------------------------------- driver
+class LoadGen:
+    def __init__(self, host: str, port: int, connections: int = 8, window: int = 64,
+                 echo: bool = False, client_id: str = "loadgen"):
+        self.host, self.port = host, port
+        self.n_conns = connections
+        self.window = window
+        self.echo = echo
+        self.client_id = client_id
+        self.loop = None
+        self.conns: list = []
+        self._rr = 0
+        self.stats = Stats()
+        self.mode = "life"
+        self.closing = False
+        self.fatal: Optional[str] = None
+        self.groups: list = []
+        self.partitions: dict = {}     # topic name -> partitions (from Metadata)
+
+    async def connect(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        for i in range(self.n_conns):
+            _t, c = await self.loop.create_connection(lambda i=i: Conn(self, i), self.host,
+                                                      self.port)
+            self.conns.append(c)
+        if not self.echo:
+            md = await self.conns[0].call(m.MetadataRequest(topics=None), 12)
+            self.partitions = {t.name: len(t.partitions) for t in md.topics}
+
+    def next_conn(self) -> Conn:
+        c = self.conns[self._rr % len(self.conns)]
+        self._rr += 1
+        return c
+
+    def consumer_group(self, group, n, topics, version=1) -> ConsumerGroupSim:
+        g = ConsumerGroupSim(self, group, n, topics, version)
+        self.groups.append(g)
+        return g
+
+    def connect_group(self, group, n, connectors, tasks_per) -> ConnectGroupSim:
+        g = ConnectGroupSim(self, group, n, connectors, tasks_per)
+        self.groups.append(g)
+        return g
+
+    def classic_group(self, group, n, topics, heartbeat_ms=3000) -> ClassicGroupSim:
+        g = ClassicGroupSim(self, group, n, topics, heartbeat_ms)
+        self.groups.append(g)
+        return g
+
+    def all_members(self):
+        for g in self.groups:
+            yield from g.members
+
+    async def start(self, members) -> None:
+        """Open the dedicated connections members need (classic), then every member sends
+        its first request (join) in the same loop iteration."""
+        members = list(members)
+        for x in members:
+            if x.conn is None:
+                _t, x.conn = await self.loop.create_connection(
+                    lambda: Conn(self, len(self.conns)), self.host, self.port)
+                self.conns.append(x.conn)
+        for x in members:
+            x.schedule(urgent=True)
+
+    async def wait_converged(self, groups, timeout: float, poll: float = 0.005) -> float:
+        """Seconds until every group's client view has converged (raises on timeout)."""
+        t0 = _perf()
+        while True:
+            if self.fatal:
+                raise RuntimeError(self.fatal)
+            if all(g.converged() for g in groups):
+                return _perf() - t0
+            if _perf() - t0 > timeout:
+                bad = [g for g in groups if not g.converged()]
+                raise TimeoutError("%d group(s) not converged after %.1f s; first: %s" % (
+                    len(bad), timeout, json.dumps(await self.diagnose(bad[0]))))
+            await asyncio.sleep(poll)
+
+    async def diagnose(self, g) -> dict:
+        """What a group looks like from both sides (for error messages)."""
+        ms = g.members
+        epochs = Counter(getattr(x, "epoch", getattr(x, "generation", None)) for x in ms)
+        owned = [x.n_owned for x in ms]
+        out = {"group": g.group, "kind": g.kind, "members": len(ms),
+               "member_epochs": dict(epochs.most_common(5)),
+               "owned_total": sum(owned), "units": g.units(),
+               "owned_min": min(owned), "owned_max": max(owned),
+               "inflight": sum(1 for x in ms if x.inflight),
+               "errors": {"%s:%s" % k: v for k, v in self.stats.errors.items()}}
+        try:
+            out["server"] = await asyncio.wait_for(g.server_stable(self.conns[0]), 5)
+        except Exception as e:          # noqa: BLE001 (diagnostics only)
+            out["server"] = repr(e)
+        return out
+
+    # ------------------------------------------------------------------ modes
+    def set_mode(self, mode: str) -> None:
+        assert mode in ("life", "flood", "paced")
+        old, self.mode = self.mode, mode
+        if mode == old:
+            return
+        if mode == "life":
+            for c in self.conns:
+                ready, c.ready = c.ready, deque()
+                for x in ready:
+                    x.schedule()
+            return
+        for x in self.all_members():
+            if x.timer is not None:
+                x.timer.cancel()
+                x.timer = None
+            if not x.inflight:
+                if x.steady():
+                    x.conn.ready.append(x)
+                else:
+                    x.schedule(urgent=True)
+        if mode == "flood":
+            for c in self.conns:
+                self.pump(c)
+
+    def pump(self, c: Conn, budget: int = 1 << 30) -> int:
+        if self.mode == "paced" and budget == 1 << 30:
+            return 0
+        ready = c.ready
+        room = min(self.window - c.inflight_hb, budget)
+        n = 0
+        while n < room and ready:
+            x = ready.popleft()
+            if x.inflight:
+                continue
+            x.heartbeat()
+            n += 1
+        return n
+
+    async def measure(self, seconds: float, rate: float = 0.0,
+                      server_pid: Optional[int] = None, warmup: float = 1.0) -> dict:
+        """Run flood (rate 0) or paced (rate > 0) heartbeats; measure over ``seconds`` after
+        ``warmup``. -> throughput, latency percentiles, errors, CPU of both processes."""
+        st = self.stats
+        # The client's own garbage collector must not pause the measurement: everything
+        # built so far is frozen out of the collector, and collection is off meanwhile.
+        gc.collect()
+        gc.freeze()
+        gc_was = gc.isenabled()
+        gc.disable()
+        self.set_mode("paced" if rate > 0 else "flood")
+        ticker = None
+        if rate > 0:
+            ticker = self.loop.create_task(self._pace(rate))
+        await asyncio.sleep(warmup)
+        errors0 = Counter(st.errors)
+        fenced0 = st.fenced
+        st.lat = array("d")
+        hb0 = st.hb
+        cpu0 = time.process_time()
+        scpu0 = proc_cpu_seconds(server_pid) if server_pid else None
+        mb0, mt0 = machine_cpu()
+        t0 = _perf()
+        st.recording = True
+        await asyncio.sleep(seconds)
+        st.recording = False
+        dt = _perf() - t0
+        hb = st.hb - hb0
+        cpu = time.process_time() - cpu0
+        scpu = proc_cpu_seconds(server_pid) - scpu0 if server_pid else None
+        mb1, mt1 = machine_cpu()
+        if ticker is not None:
+            ticker.cancel()
+        self.set_mode("life")
+        if gc_was:
+            gc.enable()
+        gc.unfreeze()
+        if self.fatal:
+            raise RuntimeError(self.fatal)
+        pct = percentiles(st.lat)
+        err = Counter(st.errors)
+        err.subtract(errors0)
+        return {"heartbeats": hb, "seconds": dt, "rate": hb / dt, "target_rate": rate,
+                "p50_ms": pct[50], "p99_ms": pct[99], "p999_ms": pct[99.9],
+                "errors": {"%s:%s" % k: v for k, v in err.items() if v},
+                "fenced": st.fenced - fenced0,
+                "client_cpu": cpu / dt,
+                # busy fraction of ALL cores x cores: what the machine as a whole did
+                "machine_cpu": (mb1 - mb0) / max(1, mt1 - mt0) * (os.cpu_count() or 1), "server_cpu": (scpu / dt) if scpu is not None else None,
+                "connections": self.n_conns, "window": self.window,
+                "members": sum(len(g.members) for g in self.groups)}
+
+    async def _pace(self, rate: float) -> None:
+        conns = self.conns
+        credit = 0.0
+        last = _perf()
+        i = 0
+        while True:
+            await asyncio.sleep(0.001)
+            now = _perf()
+            credit = min(credit + (now - last) * rate, rate * 0.01 + len(conns))
+            last = now
+            n = int(credit)
+            if n <= 0:
+                continue
+            sent = 0
+            per = max(1, n // len(conns))
+            for _ in range(len(conns)):
+                c = conns[i % len(conns)]
+                i += 1
+                sent += self.pump(c, min(per, n - sent))
+                if sent >= n:
+                    break
+            credit -= sent
+
+    async def close(self) -> None:
+        self.closing = True
+        for x in self.all_members():
+            if x.timer is not None:
+                x.timer.cancel()
+        for c in self.conns:
+            if c.transport is not None:
+                c.transport.close()
+        await asyncio.sleep(0)
+
+
+def new_event_loop():
+    try:
+        import uvloop
+        return uvloop.new_event_loop()
+    except ImportError:           # pragma: no cover
+        return asyncio.new_event_loop()
+
+
+# ----------------------------------------------------------------------------- CLI
+def _parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="loadgen", description="Simulate many Kafka group members against a groupcoord "
+        "node (or the echo server): form the groups, wait until they converge, then measure "
+        "heartbeat throughput and latency. Prints one JSON object.")
+    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT")
+    p.add_argument("--connections", type=int, default=8)
+    p.add_argument("--window", type=int, default=64,
+                   help="heartbeats in flight per connection in flood/paced mode")
+    p.add_argument("--consumer-groups", type=int, default=0)
+    p.add_argument("--consumer-members", type=int, default=100, help="per consumer group")
+    p.add_argument("--consumer-version", type=int, default=1, choices=(0, 1),
+                   help="ConsumerGroupHeartbeat version (v0: the server generates member ids)")
+    p.add_argument("--topics", default="",
+                   help="comma-separated topics the consumer/classic members subscribe "
+                   "(default: every topic of the node's catalog)")
+    p.add_argument("--connect-groups", type=int, default=0)
+    p.add_argument("--connect-workers", type=int, default=100, help="per connect group")
+    p.add_argument("--connectors", type=int, default=100, help="per connect group")
+    p.add_argument("--tasks-per-connector", type=int, default=9)
+    p.add_argument("--classic-groups", type=int, default=0)
+    p.add_argument("--classic-members", type=int, default=100, help="per classic group")
+    p.add_argument("--classic-heartbeat-ms", type=int, default=3000)
+    p.add_argument("--converge-timeout", type=float, default=120.0)
+    p.add_argument("--seconds", type=float, default=5.0, help="measurement window (0: none)")
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="heartbeats/s in paced mode (0: flood, closed loop)")
+    p.add_argument("--server-pid", type=int, default=None,
+                   help="also report this process's CPU (from /proc)")
+    p.add_argument("--echo", action="store_true",
+                   help="the target is benchmarks/echo_server.py: consumer members only, no "
+                   "joins; the same steady heartbeat frames")
+    p.add_argument("--group-prefix", default="lg")
+    return p.parse_args(argv)
+
+
+async def _main(a) -> dict:
+    host, _, port = a.bootstrap.rpartition(":")
+    lg = LoadGen(host, int(port), a.connections, a.window, echo=a.echo)
+    await lg.connect()
+    try:
+        topics = [t for t in a.topics.split(",") if t] or sorted(lg.partitions)
+        if not a.echo:
+            missing = [t for t in topics if t not in lg.partitions]
+            if missing:
+                raise SystemExit("topics not in the node's catalog: %s" % missing)
+        for i in range(a.consumer_groups):
+            lg.consumer_group("%s-consumer-%d" % (a.group_prefix, i), a.consumer_members,
+                              topics, a.consumer_version)
+        if not a.echo:
+            for i in range(a.connect_groups):
+                lg.connect_group("%s-connect-%d" % (a.group_prefix, i), a.connect_workers,
+                                 a.connectors, a.tasks_per_connector)
+            for i in range(a.classic_groups):
+                lg.classic_group("%s-classic-%d" % (a.group_prefix, i), a.classic_members,
+                                 topics, a.classic_heartbeat_ms)
+        out: dict = {"members": sum(len(g.members) for g in lg.groups)}
+        t0 = _perf()
+        if not a.echo:
+            await lg.start(lg.all_members())
+            out["converge_s"] = await lg.wait_converged(lg.groups, a.converge_timeout)
+            out["join_and_converge_s"] = _perf() - t0
+        if a.seconds > 0:
+            out.update(await lg.measure(a.seconds, a.rate, a.server_pid, a.warmup))
+        return out
+    finally:
+        await lg.close()
+
+
+def main(argv=None) -> int:
+    a = _parse_args(argv)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        out = loop.run_until_complete(_main(a))
+    finally:
+        loop.close()
+    json.dump(out, sys.stdout, indent=1, sort_keys=True)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
