@@ -40,6 +40,7 @@ response; the members then stay as they are.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import gc
@@ -216,7 +217,7 @@ def _template(req, version: int) -> tuple:
 
 
 # ----------------------------------------------------------------------------- members
-class Member:
+class Member(abc.ABC):
     __slots__ = ("lg", "conn", "group", "inflight", "timer", "interval", "tpl")
 
     def __init__(self, lg, conn, group):
@@ -252,8 +253,9 @@ class Member:
     def steady(self) -> bool:
         return True
 
+    @abc.abstractmethod
     def heartbeat(self) -> None:
-        raise NotImplementedError
+        """Send this member's next request (heartbeat, join, ...)."""
 
 
 class ConsumerMember(Member):
@@ -589,6 +591,16 @@ def _balanced(counts) -> bool:
     return not counts or max(counts) - min(counts) <= 1
 
 
+def _partitions_owned_once(members, units: int) -> bool:
+    """Every one of ``units`` partitions owned by exactly one member, counts within one of
+    each other (members' ``owned``: topic -> partitions, ``n_owned``: their count)."""
+    counts = [x.n_owned for x in members]
+    if sum(counts) != units or not _balanced(counts):
+        return False
+    seen = {(t, p) for x in members for t, ps in x.owned.items() for p in ps}
+    return len(seen) == units
+
+
 class ConsumerGroupSim:
     kind = "consumer"
 
@@ -622,23 +634,9 @@ class ConsumerGroupSim:
         if not ms:
             return True
         e = ms[0].epoch
-        if e <= 0:
+        if e <= 0 or any(x.epoch != e for x in ms):
             return False
-        total = 0
-        counts = []
-        for x in ms:
-            if x.epoch != e:
-                return False
-            total += x.n_owned
-            counts.append(x.n_owned)
-        if total != self.units() or not _balanced(counts):
-            return False
-        seen = set()
-        for x in ms:
-            for t, ps in x.owned.items():
-                for p in ps:
-                    seen.add((t, p))
-        return len(seen) == total
+        return _partitions_owned_once(ms, self.units())
 
     async def server_stable(self, conn) -> tuple:
         d = await conn.call(m.ConsumerGroupDescribeRequest(group_ids=[self.group]), 0)
@@ -752,21 +750,9 @@ class ClassicGroupSim:
     def converged(self) -> bool:
         ms = self.members
         g = ms[0].generation
-        total = 0
-        counts = []
-        for x in ms:
-            if x.state != ClassicMember.STABLE or x.generation != g:
-                return False
-            total += x.n_owned
-            counts.append(x.n_owned)
-        if total != self.units() or not _balanced(counts):
+        if any(x.state != ClassicMember.STABLE or x.generation != g for x in ms):
             return False
-        seen = set()
-        for x in ms:
-            for t, ps in x.owned.items():
-                for p in ps:
-                    seen.add((t, p))
-        return len(seen) == total
+        return _partitions_owned_once(ms, self.units())
 
     async def server_stable(self, conn) -> tuple:
         d = await conn.call(m.DescribeGroupsRequest(groups=[self.group]), 0)

@@ -179,7 +179,7 @@ class ShardRuntime:
         now = self.clock()
         result = self.shard.handle(request, now, version, client_id, client_host)
         if (not result.records and not result.timers and not result.completions
-                and result.park is None and not result.offload and not self._waiters
+                and result.park is None and not result.offload
                 and self.log.next_offset == self.log.durable_offset):
             return result.response          # read-only and nothing pending: the fast path
         waiter = self._process(result, now, request, version)
@@ -298,7 +298,7 @@ class ShardRuntime:
             w = ws.popleft()
             if not w.future.done():
                 w.future.set_result(w.response)
-        self._account(job)
+        self._account()
         if self.log.pending_bytes:
             self._start_flush()             # what arrived during the write: next commit
         else:
@@ -390,7 +390,7 @@ class ShardRuntime:
         self._process(consumer.install_offloaded(self.shard, job, fut.result(), now), now)
 
     # ================================================================== compaction
-    def _account(self, job) -> None:
+    def _account(self) -> None:
         segs = self.log.segments()
         closed = sum(s.size for s in segs[:-1])
         if closed > self._closed_bytes:
