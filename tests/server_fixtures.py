@@ -32,7 +32,9 @@ def run_on(loop_kind: str, coro_fn, timeout: float = 30.0):
 
 
 def make_coordinator(kind: str, data_dir, topics=TOPICS, shard_config=None):
-    shard_config = shard_config or ShardConfig(group_initial_rebalance_delay_ms=0)
+    # No join delay and no assignment batching: the tests drive exact protocol sequences.
+    shard_config = shard_config or ShardConfig(group_initial_rebalance_delay_ms=0,
+                                               consumer_assignment_interval_ms=0)
     if kind == "real":
         assert Coordinator is not None, "groupcoord.runtime is not importable"
         return Coordinator(RuntimeConfig(data_dir=str(data_dir), shards=3,

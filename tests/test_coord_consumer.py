@@ -137,7 +137,12 @@ def converge(h, clients, rounds=10):
 
 
 def make(coord, **cfg):
-    return coord(config=ShardConfig(**cfg) if cfg else None, topics=TOPICS)
+    # The protocol tests run with assignment batching off (a target per epoch bump), as
+    # Kafka's request tests do; batching has its own tests below.
+    return coord(config=ShardConfig(**{**NO_BATCH, **cfg}), topics=TOPICS)
+
+
+NO_BATCH = {"consumer_assignment_interval_ms": 0}
 
 
 def hb_request(**kw):
@@ -615,7 +620,7 @@ def test_member_changes_bump_the_epoch(coord):
 
 
 def test_regex_subscription_and_catalog_changes(coord):
-    h = coord(topics=TopicCatalog.of(orders=2, payments=2, misc=1))
+    h = coord(topics=TopicCatalog.of(orders=2, payments=2, misc=1), config=ShardConfig(**NO_BATCH))
     a = Client(h, "a", names=())
     resp = a.join(subscribed_topic_names=None, subscribed_topic_regex="orders|pay.*")
     assert as_dict(h, resp.assignment.topic_partitions) == {"orders": [0, 1],
@@ -651,7 +656,7 @@ def test_range_vs_uniform(coord):
     topics = TopicCatalog.of(t1=3, t2=3)
     got = {}
     for name in ("range", "uniform"):
-        h = coord(topics=topics)
+        h = coord(topics=topics, config=ShardConfig(**NO_BATCH))
         a, b = Client(h, "a", names=["t1", "t2"]), Client(h, "b", names=["t1", "t2"])
         a.join(server_assignor=name)
         b.join(server_assignor=name)
@@ -665,7 +670,8 @@ def test_range_vs_uniform(coord):
 
 
 def test_assignor_choice_most_common_else_default(coord):
-    h = coord(config=ShardConfig(consumer_assignors=("range", "uniform")), topics=TOPICS)
+    h = coord(config=ShardConfig(consumer_assignors=("range", "uniform"), **NO_BATCH),
+              topics=TOPICS)
     a, b, c = Client(h, "a"), Client(h, "b"), Client(h, "c")
     a.join()
     assert group(h).preferred_assignor() == "range"          # default: the first configured
@@ -745,7 +751,7 @@ def test_recovery_replays_and_rearms_then_continues(coord):
         TimerKey("consumer-session", "g", "b"): 50_000,
         TimerKey("consumer-revocation", "g", "a"): 35_000}
     # Continue on the recovered shard.
-    h2 = coord(topics=TOPICS, now=5000)
+    h2 = coord(topics=TOPICS, now=5000, config=ShardConfig(**NO_BATCH))
     h2.shard, h2.log = fresh, list(h.log)
     a.h = b.h = h2
     assert a.hb().member_epoch == 2
@@ -760,7 +766,7 @@ def test_random_membership_walk_converges(coord):
     print("seed", seed)
     rnd = random.Random(seed)
     h = coord(topics=TopicCatalog.of(foo=7, bar=5, baz=3),
-              config=ShardConfig(consumer_session_timeout_ms=10**9))
+              config=ShardConfig(consumer_session_timeout_ms=10**9, **NO_BATCH))
     clients = {}
     for step in range(60):
         op = rnd.random()
@@ -813,3 +819,60 @@ def test_fast_path_with_owned_reported(coord):
     resp = h.send(hb_request(member_id="a", member_epoch=1, topic_partitions=tps(
         h, {"foo": [0, 1, 2, 3, 4, 5], "bar": [0]})), 1)
     assert resp.assignment is not None and h.results[-1].records == ()
+
+
+# ---------------------------------------------------------------------- assignment batching
+BATCH_MS = 1_000
+
+
+def test_batching_join_storm_shares_one_assignment_run(coord):
+    """KIP-1263: bumps within the assignment interval leave the target behind; the group's
+    assignment timer computes it once, for all of them, when the interval ends."""
+    h = coord(config=ShardConfig(consumer_assignment_interval_ms=BATCH_MS), topics=TOPICS)
+    a = Client(h, "a")
+    assert a.join().member_epoch == 1                 # the first run is not delayed
+    key = TimerKey("consumer-assignment", "g", "")
+    assert timers(h)[key] == BATCH_MS
+    h.advance(10)
+    b, c = Client(h, "b"), Client(h, "c")
+    rb, rc = b.join(), c.join()
+    # Joined at the previous target's epoch with nothing assigned; no target record yet.
+    assert (rb.member_epoch, rc.member_epoch) == (1, 1)
+    assert as_dict(h, rb.assignment.topic_partitions) == {}
+    assert epochs(h) == (3, 1) and group(h).state_name() == "Assigning"
+    assert "TARGET_ASSIGNMENT_METADATA" not in [r[0] for r in recs(h)]
+    assert a.hb().member_epoch == 1                   # a keeps everything meanwhile
+    assert state(h, "a")[3] == {"foo": [0, 1, 2, 3, 4, 5]}
+    h.advance(BATCH_MS - 10)                          # the timer fires: one run, epoch 3
+    assert epochs(h) == (3, 3)
+    kinds = [r[0] for r in recs(h)]
+    assert kinds.count("TARGET_ASSIGNMENT_METADATA") == 1
+    assert sorted(len(target(h, x)["foo"]) for x in "abc") == [2, 2, 2]
+    assert timers(h)[key] == 2 * BATCH_MS             # the next interval runs from here
+    converge(h, [a, b, c])
+    assert sorted(len(state(h, x)[3]["foo"]) for x in "abc") == [2, 2, 2]
+    assert {state(h, x)[0] for x in "abc"} == {3}
+    h.check_replay()
+
+
+def test_batching_heartbeat_after_the_interval_computes_at_once(coord):
+    h = coord(config=ShardConfig(consumer_assignment_interval_ms=BATCH_MS), topics=TOPICS)
+    a = Client(h, "a")
+    a.join()
+    h.shard.timers.apply([(TimerKey("consumer-assignment", "g", ""), None)])  # as after a restart
+    h.advance(5)
+    assert Client(h, "b").join().member_epoch == 2    # no pending interval: computed inline
+    assert epochs(h) == (2, 2)
+
+
+def test_batching_timer_is_a_no_op_when_nothing_is_behind(coord):
+    h = coord(config=ShardConfig(consumer_assignment_interval_ms=BATCH_MS), topics=TOPICS)
+    a = Client(h, "a")
+    a.join()
+    n = len(h.results)
+    h.advance(BATCH_MS)                               # fires with the target up to date
+    assert epochs(h) == (1, 1)
+    assert all(not r.records for r in h.results[n:])
+    assert a.leave().error_code == 0
+    h.advance(2 * BATCH_MS)
+    assert not group(h).members

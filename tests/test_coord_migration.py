@@ -22,7 +22,9 @@ REBALANCE = 30_000
 
 # ---------------------------------------------------------------------- helpers
 def make(coord, **cfg):
-    return coord(config=ShardConfig(**cfg), topics=TOPICS)
+    # Assignment batching off: a target per epoch bump (tests/test_coord_consumer.py).
+    return coord(config=ShardConfig(**{"consumer_assignment_interval_ms": 0, **cfg}),
+                 topics=TOPICS)
 
 
 def sub_bytes(topics, owned=None):

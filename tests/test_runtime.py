@@ -34,7 +34,8 @@ def run(request):
 
 
 def make(tmp_path, shards=4, **kw):
-    shard_config = kw.pop("shard_config", ShardConfig())
+    # Assignment batching off: these tests check durability and restarts of exact sequences.
+    shard_config = kw.pop("shard_config", ShardConfig(consumer_assignment_interval_ms=0))
     return Coordinator(RuntimeConfig(data_dir=str(tmp_path), shards=shards,
                                      shard_config=shard_config, **kw), topics=TOPICS)
 

@@ -49,8 +49,8 @@ from groupcoord.coordinator import classic, ids
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
-                                              next_assignment, unit, unit_parts,
-                                              update_holders)
+                                              next_assignment, split_units,
+                                              units_of_index, update_holders)
 from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import EMPTY, Result, TimerKey
@@ -60,10 +60,13 @@ from groupcoord.protocol.error_codes import ErrorCode
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ConsumerGroup", "Plan", "Reject",
            "AssignorJob", "install_offloaded",
            "on_topics_changed", "consumer_group_heartbeat", "consumer_group_describe",
-           "SESSION_TIMER", "REVOCATION_TIMER"]
+           "SESSION_TIMER", "REVOCATION_TIMER", "ASSIGNMENT_TIMER"]
 
 SESSION_TIMER = "consumer-session"
 REVOCATION_TIMER = "consumer-revocation"
+# Per group, pending while the assignment interval runs (KIP-1263 batching): a bump meanwhile
+# leaves the target behind and this timer computes it when the interval ends.
+ASSIGNMENT_TIMER = "consumer-assignment"
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -133,8 +136,7 @@ class ConsumerGroup(Group):
     def units_of(self, topic_partitions) -> frozenset:
         out = []
         for tp in topic_partitions:
-            ix = self.intern(tp.topic_id)
-            out.extend(unit(ix, p) for p in tp.partitions)
+            out.extend(units_of_index(self.intern(tp.topic_id), tp.partitions))
         return frozenset(out)
 
     def external(self, units) -> tuple:
@@ -290,6 +292,10 @@ def _revocation_key(group_id: str, member_id: str) -> TimerKey:
     return TimerKey(REVOCATION_TIMER, group_id, member_id)
 
 
+def _assignment_key(group_id: str) -> TimerKey:
+    return TimerKey(ASSIGNMENT_TIMER, group_id, "")
+
+
 # ====================================================================== the Plan
 class _FreedHolders:
     """holders as seen after this plan's removals: units of removed members are free."""
@@ -408,16 +414,11 @@ class Plan:
         ix_of = self.group.topic_ix.get if self.group is not None else {}.get
         out = []
         for tp in topic_partitions:
-            ix = ix_of(tp.topic_id, -1)
-            out.extend(unit(ix, p) for p in tp.partitions)
+            out.extend(units_of_index(ix_of(tp.topic_id, -1), tp.partitions))
         return frozenset(out)
 
     def topic_partitions(self, units, cls) -> list:
-        by: dict = {}
-        for u in units:
-            ix, p = unit_parts(u)
-            by.setdefault(ix, []).append(p)
-        out = [cls(topic_id=self.topic_id(ix), partitions=sorted(ps)) for ix, ps in by.items()]
+        out = [cls(topic_id=self.topic_id(ix), partitions=ps) for ix, ps in split_units(units)]
         out.sort(key=lambda tp: tp.topic_id)
         return out
 
@@ -570,6 +571,9 @@ class Plan:
             m.ConsumerGroupTargetAssignmentMetadataKey(self.group_id),
             m.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=self.epoch)))
         self.target_epoch = self.epoch
+        interval = self.shard.config.consumer_assignment_interval_ms
+        if interval > 0:
+            self.timers.append((_assignment_key(self.group_id), self.now + interval))
 
     def _owners(self, job: "AssignorJob") -> Optional[np.ndarray]:
         """Run the assignor inline, use the result computed off the loop for exactly these
@@ -911,8 +915,17 @@ def update_member(plan: Plan, member_id: str, base, meta, replaced: bool) -> Non
 
 
 def ensure_target(plan: Plan) -> None:
-    if plan.epoch > plan.target_epoch:
-        plan.compute_target()
+    """Compute the target assignment when the group epoch moved past it — unless the
+    assignment interval since the last run is still running (KIP-1263 batching): then the
+    target stays behind (members reconcile towards the previous one) and the group's
+    assignment timer computes it once for every bump of the interval."""
+    if plan.epoch <= plan.target_epoch:
+        return
+    if plan.shard.config.consumer_assignment_interval_ms > 0:
+        due = plan.shard.timers.get(_assignment_key(plan.group_id))
+        if due is not None and due > plan.now:
+            return
+    plan.compute_target()
 
 
 def heartbeat_response(plan: Plan, member_id: str, cur, nxt, owned, joining: bool):
@@ -992,8 +1005,7 @@ def _owns_exactly(topic_ix: dict, owned, assigned: frozenset) -> bool:
             if tp.partitions:
                 return False
             continue
-        b = ix << 32
-        units.extend(b | p for p in tp.partitions)
+        units.extend(units_of_index(ix, tp.partitions))
     return len(units) == len(assigned) and frozenset(units) == assigned
 
 
@@ -1122,6 +1134,16 @@ def _revocation_expired(shard, key: TimerKey, now_ms: int) -> Result:
     return plan.result(None)
 
 
+def _assignment_due(shard, key: TimerKey, now_ms: int) -> Result:
+    """The assignment interval ended: compute the target if bumps left it behind."""
+    g = shard.groups.get(key.group_id)
+    if not isinstance(g, ConsumerGroup) or not g.members or g.epoch <= g.target_epoch:
+        return EMPTY
+    plan = Plan(shard, key.group_id, g, now_ms)
+    plan.compute_target()
+    return plan.result(None)
+
+
 def on_topics_changed(shard, now_ms: int) -> Result:
     """The catalog changed: bump the epoch of every consumer group whose subscribed topics'
     metadata (ids, partition counts, regex matches) changed."""
@@ -1210,4 +1232,5 @@ REPLAYERS = {
     RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: _replay_current_assignment,
 }
 
-TIMER_KINDS = {SESSION_TIMER: _session_expired, REVOCATION_TIMER: _revocation_expired}
+TIMER_KINDS = {SESSION_TIMER: _session_expired, REVOCATION_TIMER: _revocation_expired,
+               ASSIGNMENT_TIMER: _assignment_due}

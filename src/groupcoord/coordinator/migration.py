@@ -39,7 +39,8 @@ from groupcoord.coordinator import classic, ids, migration_connect
 from groupcoord.coordinator.consumer import (SESSION_TIMER, ConsumerGroup, Plan, Reject,
                                              check_group_size, ensure_target,
                                              replace_static_member, session_ms, update_member)
-from groupcoord.coordinator.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
+from groupcoord.coordinator.reconcile import (EMPTY_SET, STABLE, MemberAssignment, unit,
+                                              units_of_index)
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import ParkKey, Result, TimerKey
 from groupcoord.protocol import embedded
@@ -268,7 +269,7 @@ def _owned_units(plan: Plan, sub) -> frozenset:
     for tp in sub.owned_partitions:
         t = catalog.get(tp.topic)
         ix = ix_of(t.topic_id, -1) if t is not None else -1
-        out.extend(unit(ix, p) for p in tp.partitions)
+        out.extend(units_of_index(ix, tp.partitions))
     return frozenset(out)
 
 

@@ -25,13 +25,14 @@ Transitions (Kafka's CurrentAssignmentBuilder, the seed's "Member Epoch - Reconc
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import NamedTuple, Optional
 
 from groupcoord.assign.kernels import MemberState
 from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["STABLE", "UNREVOKED", "UNRELEASED", "MemberAssignment", "unit", "unit_parts",
-           "next_assignment", "check_member_epoch", "EMPTY_SET", "NEW_MEMBER"]
+           "units_of_index", "split_units", "next_assignment", "check_member_epoch", "EMPTY_SET", "NEW_MEMBER"]
 
 STABLE = int(MemberState.STABLE)
 UNREVOKED = int(MemberState.UNREVOKED)
@@ -48,6 +49,27 @@ def unit(index: int, sub: int) -> int:
 
 def unit_parts(u: int) -> tuple:
     return u >> _SHIFT, u & _MASK
+
+
+def units_of_index(index: int, subs):
+    """The units ``unit(index, s)`` for every ``s`` in subs, as an iterator. Per-unit work
+    is a C-level ``map`` (join storms touch millions of units; no Python frame per unit)."""
+    return map((index << _SHIFT).__or__, subs)
+
+
+def split_units(units) -> list:
+    """[(index, [sub, ...] ascending), ...] by ascending index: one sort (C), then per index a
+    bisect and a C-level map — no Python frame per unit."""
+    us = sorted(units)
+    out = []
+    i, n = 0, len(us)
+    mask = _MASK.__and__
+    while i < n:
+        ix = us[i] >> _SHIFT
+        j = bisect_left(us, (ix + 1) << _SHIFT, i)
+        out.append((ix, list(map(mask, us[i:j]))))
+        i = j
+    return out
 
 
 class MemberAssignment(NamedTuple):
@@ -129,10 +151,12 @@ def update_holders(holders: dict, member_id, old: Optional[MemberAssignment],
                    new: Optional[MemberAssignment]) -> None:
     """Keep ``holders`` (unit -> member id) in step when a member's current assignment
     changes from ``old`` to ``new`` (None = no assignment / member removed). Replay only."""
+    new_held = new.held if new is not None else EMPTY_SET
     if old is not None:
-        for u in old.held:
-            if holders.get(u) == member_id:
+        get = holders.get
+        # Units kept are overwritten below: only the ones given up need a look.
+        for u in old.held - new_held if new_held else old.held:
+            if get(u) == member_id:
                 del holders[u]
-    if new is not None:
-        for u in new.held:
-            holders[u] = member_id
+    if new_held:
+        holders.update(dict.fromkeys(new_held, member_id))
