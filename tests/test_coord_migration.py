@@ -184,6 +184,9 @@ def test_upgrade_converts_a_classic_consumer_group(coord):
     assert not [k for k in timers if k.kind.startswith("classic-")]
     assert timers[("consumer-session", "g", a)] == h.now + SESSION
     assert h.shard.snapshot()["groups"]["g"][0] == "consumer"
+    # ConsumerGroupDescribe v1 tells the classic members (type 0) from the new one (type 1).
+    d = h.send(m.ConsumerGroupDescribeRequest(group_ids=["g"]), 1).groups[0]
+    assert {x.member_id: x.member_type for x in d.members} == {a: 0, b: 0, "c": 1}
 
 
 def test_upgrade_of_an_empty_classic_group_replaces_it(coord):

@@ -641,3 +641,49 @@ def test_e2e_classic_custom_protocol_leader_assigns_opaque_bytes(serve):  # noqa
                 await mb.close()
 
     run(main())
+
+
+def test_e2e_classic_member_commits_with_its_generation(serve):  # noqa: F811
+    """ClassicMember.commit: accepted in the member's generation, fetched back; once the
+    group moved to a newer generation, a commit in the old one raises CommitFailed
+    (ILLEGAL_GENERATION), as Kafka's CommitFailedException."""
+    srv = serve(topics={T12: 12}, extra_args=FAST)
+
+    async def main():
+        from groupcoord.client import ClientError, CommitFailed
+        from groupcoord.client.connection import Connection
+        from groupcoord.protocol import messages as m
+        a = ClassicMember(srv.bootstrap, "cl-commit", topics=[T12], **CLASSIC_KW)
+        b = None
+        try:
+            with pytest.raises(ClientError):
+                await a.commit({TopicPartition(T12, 0): 1})       # no generation yet
+            await a.start()
+            await until(lambda: a.state == "STABLE" and len(a.assignment) == 12, 20,
+                        "a alone owns 12")
+            await a.commit({tp: (100 + tp.partition, "m") for tp in a.assignment})
+            conn = await Connection.open(srv.host, srv.port)
+            try:
+                resp = await conn.request(m.OffsetFetchRequest(groups=[
+                    m.OffsetFetchRequestGroup(group_id="cl-commit", topics=[
+                        m.OffsetFetchRequestTopics(name=T12, partition_indexes=[0, 11])])]), 8)
+            finally:
+                await conn.close()
+            got = [(p.partition_index, p.committed_offset, p.metadata)
+                   for p in resp.groups[0].topics[0].partitions]
+            assert got == [(0, 100, "m"), (11, 111, "m")]
+            gen = a.generation
+            b = ClassicMember(srv.bootstrap, "cl-commit", topics=[T12], **CLASSIC_KW)
+            await b.start()
+            await until(lambda: a.generation > gen and b.state == "STABLE"
+                        and a.state == "STABLE", 20, "a new generation with b")
+            a.sm.generation = gen            # as if a had missed the rebalance
+            with pytest.raises(CommitFailed) as err:
+                await a.commit({TopicPartition(T12, 0): 5})
+            assert set(err.value.errors.values()) == {E.ILLEGAL_GENERATION}
+        finally:
+            for mb in (a, b):
+                if mb is not None:
+                    await mb.close()
+
+    run(main())

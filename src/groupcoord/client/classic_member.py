@@ -30,17 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Iterable, Optional, Sequence
+import time
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from groupcoord.client.connection import DEFAULT_CLIENT_ID, Backoff
 from groupcoord.client.errors import (ClientError, ConnectionClosed, CoordinatorNotFound,
-                                      RequestTimeout)
+                                      RequestTimeout, ResponseError)
 from groupcoord.client.members_classic_protocol import (ConsumerProtocol, CustomProtocol,
                                                         ClassicAssignment, listener_names)
 from groupcoord.client.members_classic_state import (ASSIGNED, COORDINATOR, FATAL,
                                                      FATAL_ERROR, LEFT, LOST, REJOIN, STABLE,
                                                      SYNC, UNJOINED, ClassicMemberState)
-from groupcoord.client.members_common import MemberLifecycle, MemberLink, call_listener
+from groupcoord.client.members_common import (COORDINATOR_ERRORS, CommitFailed,
+                                              MemberLifecycle, MemberLink, TopicPartition,
+                                              call_listener, retry_pause)
+from groupcoord.client.members_consumer_state import commit_errors
 from groupcoord.protocol import messages as m
 
 __all__ = ["ClassicMember"]
@@ -107,6 +111,43 @@ class ClassicMember(MemberLifecycle):
         return self.protocol.current
 
     # ------------------------------------------------------------------ lifecycle
+
+    async def commit(self, offsets: Mapping[TopicPartition, Any],
+                     timeout_s: float = 30.0) -> None:
+        """OffsetCommit with this member's generation and member id. offsets:
+        {TopicPartition: offset or (offset, metadata)}. Coordinator errors are retried after
+        finding it again; anything else (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID: the partitions may already be another member's) raises
+        CommitFailed (`.errors`: {TopicPartition: code}), as Kafka's CommitFailedException."""
+        deadline = time.monotonic() + timeout_s
+        backoff = Backoff(initial_s=self.backoff.initial_s, max_s=self.backoff.max_s)
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self.sm.generation < 0:
+                raise ClientError("member %s has no generation yet: nothing to commit for"
+                                  % (self.sm.member_id or "(unjoined)"))
+            req = self.sm.commit_request(offsets)
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise RequestTimeout("deadline passed")
+                resp = await self.link.request(req, timeout_s=left)
+            except _NETWORK_ERRORS as e:
+                await self._retry_pause(backoff, deadline, e)
+                continue
+            errors = commit_errors(resp)
+            if not errors:
+                return
+            if set(errors.values()) <= COORDINATOR_ERRORS:
+                self.link.invalidate()
+                await self._retry_pause(backoff, deadline,
+                                        ResponseError(next(iter(errors.values()))))
+                continue
+            raise CommitFailed(errors)
+
+    async def _retry_pause(self, backoff: Backoff, deadline: float, cause: BaseException) -> None:
+        await retry_pause(backoff, deadline, cause)
 
     def rejoin(self) -> None:
         """Ask for a rebalance (e.g. after the subscription changed)."""

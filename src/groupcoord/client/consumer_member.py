@@ -35,7 +35,8 @@ from groupcoord.client.connection import DEFAULT_CLIENT_ID, Backoff
 from groupcoord.client.errors import (ClientError, ConnectionClosed, CoordinatorNotFound,
                                       RequestTimeout, ResponseError)
 from groupcoord.client.members_common import (COORDINATOR_ERRORS, CommitFailed, MemberLifecycle,
-                                              MemberLink, TopicPartition, call_listener)
+                                              MemberLink, TopicPartition, call_listener,
+                                              retry_pause)
 from groupcoord.client.members_consumer_state import (FATAL, LEFT, STABLE, UNJOINED,
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result, new_member_id)
@@ -383,10 +384,7 @@ class ConsumerMember(MemberLifecycle):
         return left
 
     async def _retry_pause(self, backoff: Backoff, deadline: float, cause: BaseException) -> None:
-        delay = backoff.next_delay()
-        if time.monotonic() + delay > deadline:
-            raise RequestTimeout("gave up before the deadline: %s" % cause) from cause
-        await asyncio.sleep(delay)
+        await retry_pause(backoff, deadline, cause)
 
     async def _wait_beat_after(self, seen: int, deadline: float) -> None:
         async with self._beat:

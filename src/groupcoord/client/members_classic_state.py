@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple, Optional, Sequence
 
 from groupcoord.client.errors import ResponseError
-from groupcoord.client.members_common import COORDINATOR_ERRORS
+from groupcoord.client.members_common import COORDINATOR_ERRORS, offset_commit_request
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -121,6 +121,13 @@ class ClassicMemberState:
         if code in COORDINATOR_ERRORS:
             return Outcome(COORDINATOR, code=code)
         return self._fatal(code)
+
+    # ------------------------------------------------------------------ offsets
+    def commit_request(self, offsets) -> m.OffsetCommitRequest:
+        """OffsetCommit with this member's generation and member id (Kafka's classic
+        consumer commit): the coordinator refuses it once the generation moved on."""
+        return offset_commit_request(self.group_id, self.generation, self.member_id,
+                                     self.instance_id, offsets)
 
     # ------------------------------------------------------------------ SyncGroup
     def sync_request(self, assignments: Mapping[str, bytes]) -> m.SyncGroupRequest:

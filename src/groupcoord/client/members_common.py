@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from groupcoord.client.connection import CoordinatorLink
 from groupcoord.client.errors import ConnectionClosed, RequestTimeout, ResponseError
+from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["TopicPartition", "RebalanceListener", "call_listener", "MemberLink",
-           "COORDINATOR_ERRORS", "CommitFailed"]
+           "COORDINATOR_ERRORS", "CommitFailed", "offset_commit_request", "retry_pause"]
 
 # Answers that mean "ask FindCoordinator again, then retry" (Kafka's coordinator errors).
 COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
@@ -51,6 +53,31 @@ class CommitFailed(ResponseError):
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+async def retry_pause(backoff, deadline: float, cause: BaseException) -> None:
+    """Sleep the backoff's next delay before a retry, or raise RequestTimeout when that
+    would pass the deadline (monotonic seconds)."""
+    delay = backoff.next_delay()
+    if time.monotonic() + delay > deadline:
+        raise RequestTimeout("gave up before the deadline: %s" % cause) from cause
+    await asyncio.sleep(delay)
+
+
+def offset_commit_request(group_id: str, generation_or_epoch: int, member_id: str,
+                          instance_id: Optional[str], offsets) -> "m.OffsetCommitRequest":
+    """OffsetCommit of one group. offsets: {TopicPartition: offset or (offset, metadata)};
+    generation_or_epoch: a classic member's generation or a consumer member's epoch."""
+    by_topic: dict = {}
+    for tp, spec in sorted(offsets.items()):
+        off, meta = (spec if isinstance(spec, tuple) else (spec, ""))
+        by_topic.setdefault(tp.topic, []).append(m.OffsetCommitRequestPartition(
+            partition_index=tp.partition, committed_offset=int(off), committed_metadata=meta))
+    return m.OffsetCommitRequest(
+        group_id=group_id, generation_id_or_member_epoch=generation_or_epoch,
+        member_id=member_id, group_instance_id=instance_id,
+        topics=[m.OffsetCommitRequestTopic(name=t, partitions=ps)
+                for t, ps in by_topic.items()])
 
 
 class RebalanceListener(Protocol):

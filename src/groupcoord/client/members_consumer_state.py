@@ -38,7 +38,8 @@ import os
 from typing import Iterable, Mapping, NamedTuple, Optional
 
 from groupcoord.client.errors import ResponseError
-from groupcoord.client.members_common import COORDINATOR_ERRORS, TopicPartition
+from groupcoord.client.members_common import (COORDINATOR_ERRORS, TopicPartition,
+                                              offset_commit_request)
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -288,17 +289,8 @@ class ConsumerMemberState:
     def commit_request(self, offsets: Mapping[TopicPartition, OffsetSpec]) -> m.OffsetCommitRequest:
         """OffsetCommit (v9: member id + member epoch). offsets: {TopicPartition: offset or
         (offset, metadata)}."""
-        by_topic: dict = {}
-        for tp, spec in sorted(offsets.items()):
-            off, meta = (spec if isinstance(spec, tuple) else (spec, ""))
-            by_topic.setdefault(tp.topic, []).append(m.OffsetCommitRequestPartition(
-                partition_index=tp.partition, committed_offset=int(off),
-                committed_metadata=meta))
-        return m.OffsetCommitRequest(
-            group_id=self.group_id, generation_id_or_member_epoch=self.epoch,
-            member_id=self.member_id, group_instance_id=self.instance_id,
-            topics=[m.OffsetCommitRequestTopic(name=t, partitions=ps)
-                    for t, ps in by_topic.items()])
+        return offset_commit_request(self.group_id, self.epoch, self.member_id,
+                                     self.instance_id, offsets)
 
     def fetch_request(self, partitions: Optional[Iterable[TopicPartition]]) -> m.OffsetFetchRequest:
         """OffsetFetch v8+ (one group; v9 names the member and its epoch). None = all."""

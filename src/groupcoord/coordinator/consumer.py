@@ -70,7 +70,8 @@ ASSIGNMENT_TIMER = "consumer-assignment"
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
-MEMBER_TYPE_CONSUMER = 1                 # ConsumerGroupDescribe v1 MemberType
+MEMBER_TYPE_CLASSIC = 0                  # ConsumerGroupDescribe v1 MemberType (Kafka's values)
+MEMBER_TYPE_CONSUMER = 1
 
 ASSIGNORS = {"uniform": assignors.uniform, "range": assignors.range_}
 
@@ -1097,7 +1098,9 @@ def _describe(g: ConsumerGroup, catalog):
             subscribed_topic_regex=meta.subscribed_topic_regex,
             assignment=assignment(mem.a.assigned),
             target_assignment=assignment(g.targets.get(mid, EMPTY_SET)),
-            member_type=MEMBER_TYPE_CONSUMER))
+            # A classic-protocol member inside a consumer group (migration) says so.
+            member_type=(MEMBER_TYPE_CLASSIC if meta.classic_member_metadata is not None
+                         else MEMBER_TYPE_CONSUMER)))
     return m.ConsumerGroupDescribeResponseDescribedGroup(
         group_id=g.group_id, group_state=g.state_name(), group_epoch=g.epoch,
         assignment_epoch=g.target_epoch, assignor_name=g.preferred_assignor(),
