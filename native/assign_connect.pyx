@@ -21,26 +21,34 @@ ctypedef uint8_t u8
 def eager_kernel(const i64[::1] base, i32 n_workers, i32[::1] owner):
     """Connect's eager assignor: one circular iterator over the workers, first every connector
     (index order), then every task (connector order, task order). owner must be n_units long."""
-    cdef Py_ssize_t n_conn = base.shape[0] - 1, c
-    cdef i64 u, k, start
-    cdef i32 w
+    cdef Py_ssize_t n_conn = base.shape[0] - 1
     if n_workers <= 0:
         owner[:] = -1
         return
     with nogil:
-        for c in range(n_conn):
-            owner[base[c]] = <i32>(c % n_workers)
-        # The iterator continues after the last connector: task number k (global, in unit
-        # order, connectors skipped) goes to (n_conn + k) % n_workers. Walk it incrementally
-        # instead of dividing per unit.
-        w = <i32>(n_conn % n_workers)
-        for c in range(n_conn):
-            start = base[c] + 1
-            for u in range(start, base[c + 1]):
-                owner[u] = w
-                w += 1
-                if w == n_workers:
-                    w = 0
+        _eager(&base[0], n_conn, n_workers, &owner[0] if owner.shape[0] > 0 else NULL)
+
+
+@cython.cdivision(True)
+cdef void _eager(const int64_t* base, Py_ssize_t n_conn, int32_t n_workers,
+                 int32_t* owner) noexcept nogil:
+    # The C core of eager_kernel (also called per group by assign_batch); n_workers > 0.
+    cdef Py_ssize_t c
+    cdef i64 u, start
+    cdef i32 w
+    for c in range(n_conn):
+        owner[base[c]] = <i32>(c % n_workers)
+    # The iterator continues after the last connector: task number k (global, in unit
+    # order, connectors skipped) goes to (n_conn + k) % n_workers. Walk it incrementally
+    # instead of dividing per unit.
+    w = <i32>(n_conn % n_workers)
+    for c in range(n_conn):
+        start = base[c] + 1
+        for u in range(start, base[c + 1]):
+            owner[u] = w
+            w += 1
+            if w == n_workers:
+                w = 0
 
 
 def remap_kernel(const i32[::1] prev_owner, const i32[::1] prev_to_new, i32[::1] out,
@@ -218,168 +226,197 @@ def ica_kernel(const i64[::1] base, const i32[::1] current, i32 n_workers,
     Writes owner; returns (held units int32 ascending, moved, n_lost) where moved counts kept
     owners revoked for balance. Raises ValueError on an owner outside -2..n_workers-1.
     """
-    cdef Py_ssize_t n_units = current.shape[0], n_conn = base.shape[0] - 1, c, bad = -1
-    cdef Py_ssize_t u, t0
-    cdef bint has_lost_in = lost_in.shape[0] != 0, has_cand = cand.shape[0] != 0
-    if has_cand and cand.shape[0] != n_workers:
+    cdef Py_ssize_t n_units = current.shape[0], n_conn = base.shape[0] - 1, bad
+    if cand.shape[0] != 0 and cand.shape[0] != n_workers:
         raise ValueError("cand must have n_workers entries")
-    cdef i32 v, w, W = n_workers if n_workers > 0 else 0
-    cdef i64 n_tasks = n_units - n_conn
-    cdef i64 q_c = 0, q_t = 0, e_c = 0, e_t = 0
-    cdef Py_ssize_t n_pool_c = 0, n_pool_t = 0, n_lost_c = 0, n_lost_t = 0, moved = 0
-    cdef Py_ssize_t n_held = 0, x, y, placed_c = 0, placed_t = 0
-    cdef bint lost
-
-    cnt_c_arr = np.zeros(W + 1, dtype=np.int32)      # connectors owned (kept) per worker
-    cnt_t_arr = np.zeros(W + 1, dtype=np.int32)      # tasks owned (kept) per worker
-    cap_c_arr = np.empty(W + 1, dtype=np.int32)
-    cap_t_arr = np.empty(W + 1, dtype=np.int32)
-    cdef i32[::1] cnt_c = cnt_c_arr, cnt_t = cnt_t_arr, cap_c = cap_c_arr, cap_t = cap_t_arr
-
-    # Pass A: validate owners, count what each worker owns and how much is lost/new.
+    cdef i32 W = n_workers if n_workers > 0 else 0
+    cdef IcaWork w
+    arrays = ica_workspace(&w, W, n_conn, n_units - n_conn)
+    held_arr = np.empty(n_units, dtype=np.int32)
+    cdef i32[::1] held = held_arr
+    cdef Py_ssize_t n_held = 0
+    cdef i64 moved = 0, n_lost = 0
     with nogil:
-        for c in range(n_conn):
-            for u in range(base[c], base[c + 1]):
-                v = current[u]
-                if v >= 0:
-                    if v >= W:
-                        bad = u
-                        break
-                    if u == base[c]:
-                        cnt_c[v] += 1
-                    else:
-                        cnt_t[v] += 1
-                elif v < -2:
-                    bad = u
-                    break
-                else:
-                    lost = v == -2 or (has_lost_in and lost_in[u])
-                    if lost and hold:
-                        if u == base[c]:
-                            n_lost_c += 1
-                        else:
-                            n_lost_t += 1
-                    elif u == base[c]:
-                        n_pool_c += 1
-                    else:
-                        n_pool_t += 1
-            if bad >= 0:
-                break
-        if bad < 0 and W > 0:
-            # Quotas over ALL units (held lost included): floor, and +1 for r workers. The
-            # r "+1" go first to workers that already own >= q+1 (each saves a move; which of
-            # them does not change the move count, so lowest index), the rest float.
-            q_c = n_conn // W
-            e_c = n_conn % W
-            q_t = n_tasks // W
-            e_t = n_tasks % W
-            for w in range(W):
-                cap_c[w] = <i32>q_c
-                if cnt_c[w] > q_c and e_c > 0:
-                    cap_c[w] = <i32>(q_c + 1)
-                    e_c -= 1
-                if cnt_c[w] > cap_c[w]:
-                    n_pool_c += cnt_c[w] - cap_c[w]
-                    moved += cnt_c[w] - cap_c[w]
-                cap_t[w] = <i32>q_t
-                if cnt_t[w] > q_t and e_t > 0:
-                    cap_t[w] = <i32>(q_t + 1)
-                    e_t -= 1
-                if cnt_t[w] > cap_t[w]:
-                    n_pool_t += cnt_t[w] - cap_t[w]
-                    moved += cnt_t[w] - cap_t[w]
+        bad = _ica(&base[0], n_conn, &current[0] if n_units else NULL,
+                   &lost_in[0] if lost_in.shape[0] else NULL,
+                   &cand[0] if cand.shape[0] else NULL, W, hold,
+                   &owner[0] if n_units else NULL, &w, &held[0] if n_units else NULL,
+                   &n_held, &moved, &n_lost)
+    del arrays
     if bad >= 0:
         raise ValueError("current[%d] = %d is not -2, -1 or a worker index < %d"
                          % (bad, current[bad], W))
+    return held_arr[:n_held].copy(), moved, n_lost
 
-    pool_c_arr = np.empty(n_pool_c, dtype=np.int32)
-    pool_t_arr = np.empty(n_pool_t, dtype=np.int32)
-    lost_c_arr = np.empty(n_lost_c, dtype=np.int32)
-    lost_t_arr = np.empty(n_lost_t, dtype=np.int32)
-    cdef i32[::1] pool_c = pool_c_arr, pool_t = pool_t_arr, lost_c = lost_c_arr
-    cdef i32[::1] lost_t = lost_t_arr
-    # workspaces of the water fill
-    ws_arr = np.empty(W + 1, dtype=np.int32)
-    act_arr = np.empty(W + 1, dtype=np.int32)
-    act2_arr = np.empty(W + 1, dtype=np.int32)
-    tmp_arr = np.empty(W + 1, dtype=np.int32)
-    hist_arr = np.empty(65536, dtype=np.intp)
-    cdef i32[::1] ws = ws_arr, act = act_arr, act2 = act2_arr, tmp = tmp_arr
-    cdef Py_ssize_t[::1] hist = hist_arr
+
+cdef object ica_workspace(IcaWork* w, i32 n_workers, Py_ssize_t n_conn, Py_ssize_t n_tasks):
+    """Fill w with numpy-backed buffers for _ica on groups of up to n_workers workers,
+    n_conn connectors and n_tasks tasks; returns the arrays (keep them alive while w is
+    used)."""
+    cdef Py_ssize_t W1 = n_workers + 1
+    ints = np.empty(8 * W1 + 2 * (n_conn + n_tasks) + 2, dtype=np.int32)
+    hist = np.empty(65536, dtype=np.intp)
+    der = np.empty(W1, dtype=np.uint8)
+    cdef i32[::1] iv = ints
+    cdef Py_ssize_t[::1] hv = hist
+    cdef u8[::1] dv = der
+    cdef i32* p = &iv[0]
+    w.cnt_c = p
+    w.cnt_t = p + W1
+    w.cap_c = p + 2 * W1
+    w.cap_t = p + 3 * W1
+    w.ws = p + 4 * W1
+    w.act = p + 5 * W1
+    w.act2 = p + 6 * W1
+    w.tmp = p + 7 * W1
+    p = p + 8 * W1
+    w.pool_c = p
+    w.lost_c = p + n_conn
+    w.pool_t = p + 2 * n_conn
+    w.lost_t = p + 2 * n_conn + n_tasks
+    w.hist = &hv[0]
+    w.derived = &dv[0]
+    return (ints, hist, der)
+
+
+@cython.cdivision(True)
+cdef Py_ssize_t _ica(const int64_t* base, Py_ssize_t n_conn, const int32_t* current,
+                     const uint8_t* lost_in, const uint8_t* cand, int32_t W, bint hold,
+                     int32_t* owner, IcaWork* wk, int32_t* held, Py_ssize_t* n_held,
+                     int64_t* moved_out, int64_t* n_lost_out) noexcept nogil:
+    # The C core of ica_kernel (also called per group by assign_batch). W >= 0 workers;
+    # lost_in / cand may be NULL (none / Connect's rule). wk: buffers for W workers and this
+    # group's connectors and tasks (ica_workspace). Writes owner and the held units (ascending)
+    # to held; returns -1, or the first unit whose owner is not -2, -1 or a worker index.
+    cdef Py_ssize_t n_units = base[n_conn], c, bad = -1, u
+    cdef bint has_lost_in = lost_in != NULL, has_cand = cand != NULL
+    cdef i32 v, w
+    cdef i64 n_tasks = n_units - n_conn
+    cdef i64 q_c = 0, q_t = 0, e_c = 0, e_t = 0
+    cdef Py_ssize_t n_lost_c = 0, n_lost_t = 0, moved = 0
+    cdef Py_ssize_t placed_c = 0, placed_t = 0
+    cdef bint lost
+    cdef i32* cnt_c = wk.cnt_c
+    cdef i32* cnt_t = wk.cnt_t
+    cdef i32* cap_c = wk.cap_c
+    cdef i32* cap_t = wk.cap_t
+    cdef i32* pool_c = wk.pool_c
+    cdef i32* pool_t = wk.pool_t
+    cdef i32* lost_c = wk.lost_c
+    cdef i32* lost_t = wk.lost_t
+    if W > 0:
+        memset(cnt_c, 0, W * sizeof(i32))
+        memset(cnt_t, 0, W * sizeof(i32))
+
+    # Pass A: validate owners, count what each worker owns and how much is lost.
+    for c in range(n_conn):
+        for u in range(base[c], base[c + 1]):
+            v = current[u]
+            if v >= 0:
+                if v >= W:
+                    bad = u
+                    break
+                if u == base[c]:
+                    cnt_c[v] += 1
+                else:
+                    cnt_t[v] += 1
+            elif v < -2:
+                bad = u
+                break
+            else:
+                lost = v == -2 or (has_lost_in and lost_in[u])
+                if lost and hold:
+                    if u == base[c]:
+                        n_lost_c += 1
+                    else:
+                        n_lost_t += 1
+        if bad >= 0:
+            return bad
+    if W > 0:
+        # Quotas over ALL units (held lost included): floor, and +1 for r workers. The
+        # r "+1" go first to workers that already own >= q+1 (each saves a move; which of
+        # them does not change the move count, so lowest index), the rest float.
+        q_c = n_conn // W
+        e_c = n_conn % W
+        q_t = n_tasks // W
+        e_t = n_tasks % W
+        for w in range(W):
+            cap_c[w] = <i32>q_c
+            if cnt_c[w] > q_c and e_c > 0:
+                cap_c[w] = <i32>(q_c + 1)
+                e_c -= 1
+            if cnt_c[w] > cap_c[w]:
+                moved += cnt_c[w] - cap_c[w]
+            cap_t[w] = <i32>q_t
+            if cnt_t[w] > q_t and e_t > 0:
+                cap_t[w] = <i32>(q_t + 1)
+                e_t -= 1
+            if cnt_t[w] > cap_t[w]:
+                moved += cnt_t[w] - cap_t[w]
+
     cdef Py_ssize_t ipc = 0, ipt = 0, ilc = 0, ilt = 0
     cdef const u8* cand_p = NULL
-    cdef i32* owner_p = &owner[0] if n_units > 0 else NULL
-    cdef u8[::1] derived
     if hold and W > 0 and n_lost_c + n_lost_t > 0:
         # Candidates matter only when something is held.
         if has_cand:
-            cand_p = &cand[0]
+            cand_p = cand
         else:
-            derived_arr = np.zeros(W, dtype=np.uint8)
-            derived = derived_arr
             for w in range(W):
-                if cnt_c[w] == 0 and cnt_t[w] == 0:   # pass A counts: owned in current
-                    derived[w] = 1
-            cand_p = &derived[0]
+                wk.derived[w] = 1 if (cnt_c[w] == 0 and cnt_t[w] == 0) else 0
+            cand_p = wk.derived
 
-    with nogil:
-        # Pass B: keep each worker's lowest units up to its cap (cnt_* counts again from 0);
-        # everything else goes, in ascending unit order, to a pool: new + revoked (+ lost when
-        # not held) to pool_*, held lost to lost_*.
-        if W > 0:
-            memset(&cnt_c[0], 0, W * sizeof(i32))
-            memset(&cnt_t[0], 0, W * sizeof(i32))
-        for c in range(n_conn):
-            # connector instance
-            u = base[c]
+    # Pass B: keep each worker's lowest units up to its cap (cnt_* counts again from 0);
+    # everything else goes, in ascending unit order, to a pool: new + revoked (+ lost when
+    # not held) to pool_*, held lost to lost_*.
+    if W > 0:
+        memset(cnt_c, 0, W * sizeof(i32))
+        memset(cnt_t, 0, W * sizeof(i32))
+    for c in range(n_conn):
+        # connector instance
+        u = base[c]
+        v = current[u]
+        if v >= 0 and cnt_c[v] < cap_c[v]:
+            owner[u] = v
+            cnt_c[v] += 1
+        else:
+            owner[u] = -1
+            if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
+                lost_c[ilc] = <i32>u
+                ilc += 1
+            else:
+                pool_c[ipc] = <i32>u
+                ipc += 1
+        # tasks
+        for u in range(base[c] + 1, base[c + 1]):
             v = current[u]
-            if v >= 0 and cnt_c[v] < cap_c[v]:
+            if v >= 0 and cnt_t[v] < cap_t[v]:
                 owner[u] = v
-                cnt_c[v] += 1
+                cnt_t[v] += 1
             else:
                 owner[u] = -1
                 if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
-                    lost_c[ilc] = <i32>u
-                    ilc += 1
+                    lost_t[ilt] = <i32>u
+                    ilt += 1
                 else:
-                    pool_c[ipc] = <i32>u
-                    ipc += 1
-            # tasks
-            for u in range(base[c] + 1, base[c + 1]):
-                v = current[u]
-                if v >= 0 and cnt_t[v] < cap_t[v]:
-                    owner[u] = v
-                    cnt_t[v] += 1
-                else:
-                    owner[u] = -1
-                    if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
-                        lost_t[ilt] = <i32>u
-                        ilt += 1
-                    else:
-                        pool_t[ipt] = <i32>u
-                        ipt += 1
-        if W > 0:
-            # Candidates (workers that joined since the loss) take lost work up to balance.
-            if cand_p != NULL:
-                placed_c = _water_fill(&lost_c[0] if n_lost_c else NULL, n_lost_c, &cnt_c[0],
-                                       cand_p, W, q_c, &e_c, owner_p, &ws[0], &act[0],
-                                       &act2[0], &tmp[0], &hist[0])
-                placed_t = _water_fill(&lost_t[0] if n_lost_t else NULL, n_lost_t, &cnt_t[0],
-                                       cand_p, W, q_t, &e_t, owner_p, &ws[0], &act[0],
-                                       &act2[0], &tmp[0], &hist[0])
-            # New, revoked and released units: least loaded first. The caps sum to the unit
-            # counts, so the pools always fit when nothing is held.
-            _water_fill(&pool_c[0] if n_pool_c else NULL, n_pool_c, &cnt_c[0], NULL, W, q_c,
-                        &e_c, owner_p, &ws[0], &act[0], &act2[0], &tmp[0], &hist[0])
-            _water_fill(&pool_t[0] if n_pool_t else NULL, n_pool_t, &cnt_t[0], NULL, W, q_t,
-                        &e_t, owner_p, &ws[0], &act[0], &act2[0], &tmp[0], &hist[0])
+                    pool_t[ipt] = <i32>u
+                    ipt += 1
+    if W > 0:
+        # Candidates (workers that joined since the loss) take lost work up to balance.
+        if cand_p != NULL:
+            placed_c = _water_fill(lost_c, n_lost_c, cnt_c, cand_p, W, q_c, &e_c, owner,
+                                   wk.ws, wk.act, wk.act2, wk.tmp, wk.hist)
+            placed_t = _water_fill(lost_t, n_lost_t, cnt_t, cand_p, W, q_t, &e_t, owner,
+                                   wk.ws, wk.act, wk.act2, wk.tmp, wk.hist)
+        # New, revoked and released units: least loaded first. The caps sum to the unit
+        # counts, so the pools always fit when nothing is held.
+        _water_fill(pool_c, ipc, cnt_c, NULL, W, q_c, &e_c, owner, wk.ws, wk.act, wk.act2,
+                    wk.tmp, wk.hist)
+        _water_fill(pool_t, ipt, cnt_t, NULL, W, q_t, &e_t, owner, wk.ws, wk.act, wk.act2,
+                    wk.tmp, wk.hist)
     # Held = lost units nobody took, ascending (merge of the two ascending lists; the taken
     # ones are exactly the prefixes placed_c / placed_t of each list).
-    n_held = (n_lost_c - placed_c) + (n_lost_t - placed_t)
-    held_arr = np.empty(n_held, dtype=np.int32)
-    cdef i32[::1] held = held_arr
-    if n_held:
-        with nogil:
-            _merge(&lost_c[0] + placed_c if n_lost_c else NULL, n_lost_c - placed_c,
-                   &lost_t[0] + placed_t if n_lost_t else NULL, n_lost_t - placed_t, &held[0])
-    return held_arr, moved, n_lost_c + n_lost_t
+    n_held[0] = _merge(lost_c + placed_c, n_lost_c - placed_c, lost_t + placed_t,
+                       n_lost_t - placed_t, held)
+    moved_out[0] = moved
+    n_lost_out[0] = n_lost_c + n_lost_t
+    return -1
