@@ -364,7 +364,10 @@ def test_reconciliation_revoke_then_release(coord):
     assert resp.member_epoch == 1 and h.results[-1].records == ()
     assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [0, 1, 2]}
     resp = a.hb(report=False)
-    assert resp.assignment is None and h.results[-1].records == ()
+    # Not saying what it owns: no record; the pending revocation is repeated anyway (its
+    # first answer may have gone to a late request copy: tests/simulation found it).
+    assert h.results[-1].records == ()
+    assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [0, 1, 2]}
     assert state(h, "a")[2] == UNREVOKED
 
     # unreleased -> unreleased: 3-5 are still pending revocation at a.

@@ -223,7 +223,8 @@ class ClassicMember(MemberLifecycle):
             await self._call(self._revoked_cb, self.protocol.current)
             self.protocol.current = None
         barrier_s = self.sm.rebalance_timeout_ms / 1000.0 + 5.0
-        req = self.sm.join_request(self.protocol.protocol_type, self.protocol.protocols())
+        req = self.sm.join_request(self.protocol.protocol_type,
+                                   self.protocol.protocols(self.sm.generation))
         self.joins += 1
         try:
             resp = await self.link.request(req, timeout_s=barrier_s)

@@ -85,9 +85,18 @@ class ConsumerProtocol:
         """Eager: everything owned is revoked before joining; cooperative: nothing."""
         return [] if self.cooperative else sorted(self.owned)
 
-    def subscription(self, assignor: str) -> ConsumerProtocolSubscription:
+    def subscription(self, assignor: str,
+                     joined_generation: int = -1) -> ConsumerProtocolSubscription:
+        """joined_generation: the generation the member last joined (-1: none). Claims carry
+        the newer of it and the generation they were assigned in, as Kafka's Java client
+        reports its last joined generation: after a lost SyncGroup answer the member still
+        holds its partitions, and claims at the older generation would be ignored as stale
+        by the cooperative-sticky leader (KIP-341), which would give them away while it still
+        runs them (found by tests/simulation, seed 67)."""
         claims = self.owned if self.cooperative else self.previous
         gen = self.owned_generation
+        if self.owned and joined_generation > gen:
+            gen = joined_generation
         user_data = None
         if assignor == "cooperative-sticky":
             user_data = gen.to_bytes(4, "big", signed=True)
@@ -102,9 +111,10 @@ class ConsumerProtocol:
                               for t, ps in _by_topic(claims)],
             generation_id=gen, rack_id=self.rack_id)
 
-    def protocols(self) -> list:
+    def protocols(self, joined_generation: int = -1) -> list:
         """[(assignor name, subscription bytes)] in preference order."""
-        return [(a, embedded.encode_subscription(self.subscription(a), SUBSCRIPTION_VERSION))
+        return [(a, embedded.encode_subscription(self.subscription(a, joined_generation),
+                                                 SUBSCRIPTION_VERSION))
                 for a in self.assignors]
 
     # -- leader ------------------------------------------------------------------------
@@ -186,7 +196,7 @@ class CustomProtocol:
         self.assign = assign
         self.current: Optional[ClassicAssignment] = None
 
-    def protocols(self) -> list:
+    def protocols(self, joined_generation: int = -1) -> list:
         return list(self._protocols)
 
     def set_metadata(self, protocols: Sequence[tuple]) -> None:

@@ -767,7 +767,8 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
     if chosen == mid:
         resp.error_code = int(E.COMPUTE_ASSIGNMENT)
         resp.error_message = "compute the target assignment for group epoch %d" % epoch
-    if req.member_epoch == 0 or nxt.assigned != cur.assigned or \
+    # As consumer.heartbeat_response: also repeated while a revocation is pending.
+    if req.member_epoch == 0 or nxt.assigned != cur.assigned or nxt.state == rc.UNREVOKED or \
             (owned is not None and owned != nxt.assigned):
         resp.assignment = _response_assignment(g, nxt.assigned, target)
     return Result(resp, tuple(recs) + events, tuple(timers))

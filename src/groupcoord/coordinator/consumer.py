@@ -931,9 +931,12 @@ def ensure_target(plan: Plan) -> None:
 
 def heartbeat_response(plan: Plan, member_id: str, cur, nxt, owned, joining: bool):
     """Kafka's rule: the assignment travels when it changed in this heartbeat, when the
-    member (re)joins, or when the partitions it reports differ from it."""
-    send = joining or nxt.assigned != cur.assigned or (owned is not None
-                                                      and owned != nxt.assigned)
+    member (re)joins, or when the partitions it reports differ from it; and (ours) on every
+    heartbeat while a revocation is pending: the answer that first carried it may have gone
+    to a late copy of a request, and a member that never hears of it would be fenced by the
+    revocation timeout while still running its partitions (found by tests/simulation)."""
+    send = (joining or nxt.assigned != cur.assigned or nxt.state == UNREVOKED
+            or (owned is not None and owned != nxt.assigned))
     assignment = None
     if send:
         assignment = m.ConsumerGroupHeartbeatResponseAssignment(

@@ -33,7 +33,6 @@ load; ``dedup=False`` replays every record.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, NamedTuple, Optional
 
@@ -98,7 +97,7 @@ class _Reader:
         pos = 0
         while pos < size:
             n = min(len(self.buf), size - pos)
-            if os.preadv(fd, [memoryview(self.buf)[:n]], pos) != n:
+            if seg.ops.preadv(fd, [memoryview(self.buf)[:n]], pos) != n:
                 raise TruncatedBatchError(seg.path, pos, "file shorter than its batches")
             partial = pos + n < size
             used = fn(self.buf, n, pos, partial)

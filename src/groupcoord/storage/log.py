@@ -25,7 +25,8 @@ import time
 from typing import Iterator, NamedTuple, Optional
 
 from groupcoord.storage import batch as rb
-from groupcoord.storage.segment import Segment, parse_segment_name, segment_name
+from groupcoord.storage.segment import (OS_FILE_OPS, FileOps, Segment, parse_segment_name,
+                                        segment_name)
 
 log = logging.getLogger("groupcoord.storage")
 
@@ -62,14 +63,6 @@ class CompactionStats(NamedTuple):
     tombstones_dropped: int
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class FlushJob(NamedTuple):
     """One group commit in flight: the bytes, where they go, and the batches they hold."""
     data: bytes
@@ -83,7 +76,9 @@ class FlushJob(NamedTuple):
 class Log:
     def __init__(self, directory: str, fsync: str = "always",
                  segment_bytes: int = 64 << 20, index_interval_bytes: int = 4096,
-                 leader_epoch: int = -1, clock=None):
+                 leader_epoch: int = -1, clock=None, ops: FileOps = OS_FILE_OPS):
+        # ops: the file-system calls (the OS by default; a simulated disk in tests)
+        self.ops = ops
         if fsync not in FSYNC_POLICIES:
             raise ValueError("fsync must be one of %s" % (FSYNC_POLICIES,))
         self.directory = directory
@@ -101,7 +96,7 @@ class Log:
         self._wfd: Optional[int] = None
         self.closed = False
         self.truncated_bytes = 0                # recovery: bytes cut from a torn tail
-        os.makedirs(directory, exist_ok=True)
+        ops.makedirs(directory)
         self._segments: list = self._recover()
         active = self._segments[-1]
         self.next_offset = active.next_offset
@@ -111,24 +106,24 @@ class Log:
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> list:
         d = self.directory
-        for name in os.listdir(d):
+        ops = self.ops
+        for name in ops.listdir(d):
             if name.endswith(CLEANED_SUFFIX):          # an unfinished compaction
-                os.unlink(os.path.join(d, name))
+                ops.unlink(os.path.join(d, name))
                 log.info("removed unfinished compaction output %s", os.path.join(d, name))
-        bases = sorted(b for b in (parse_segment_name(n) for n in os.listdir(d))
+        bases = sorted(b for b in (parse_segment_name(n) for n in ops.listdir(d))
                        if b is not None)
         if not bases:
-            seg = Segment(d, 0, self.index_interval_bytes)
-            open(seg.path, "ab").close()
-            _fsync_dir(d)
+            seg = Segment(d, 0, self.index_interval_bytes, ops)
+            ops.close(ops.open(seg.path, os.O_WRONLY | os.O_CREAT, 0o666))
+            ops.fsync_dir(d)
             return [seg]
         segments = []
         expected = 0
         for i, base in enumerate(bases):
-            seg = Segment(d, base, self.index_interval_bytes)
+            seg = Segment(d, base, self.index_interval_bytes, ops)
             seg.next_offset = max(base, expected)
-            with open(seg.path, "rb") as f:
-                data = f.read()
+            data = ops.read_file(seg.path)
             batches, stop, reason, truncated = rb.scan(data)
             # Offsets must increase across batches and segments.
             # (baseOffset is outside the CRC: a flipped one shows up as offsets going back,
@@ -158,10 +153,9 @@ class Log:
             if later < 0:
                 for nb in bases[i + 1:]:
                     p = os.path.join(d, segment_name(nb))
-                    with open(p, "rb") as f:
-                        if rb.find_valid_batch(f.read(), 0, -1, min_off) >= 0:
-                            later = nb
-                            break
+                    if rb.find_valid_batch(ops.read_file(p), 0, -1, min_off) >= 0:
+                        later = nb
+                        break
                 else:
                     later = -1
             if later >= 0:
@@ -169,24 +163,28 @@ class Log:
             log.warning("log recovery: truncating %s at position %d (%d bytes dropped: %s)",
                         seg.path, stop, len(data) - stop, reason)
             self.truncated_bytes += len(data) - stop
-            with open(seg.path, "r+b") as f:
-                f.truncate(stop)
-                os.fsync(f.fileno())
+            fd = ops.open(seg.path, os.O_RDWR)
+            try:
+                ops.ftruncate(fd, stop)
+                ops.fsync(fd)
+            finally:
+                ops.close(fd)
             for nb in bases[i + 1:]:
                 p = os.path.join(d, segment_name(nb))
                 log.warning("log recovery: removing %s (after the truncated tail)", p)
-                self.truncated_bytes += os.path.getsize(p)
-                os.unlink(p)
-            _fsync_dir(d)
+                self.truncated_bytes += ops.getsize(p)
+                ops.unlink(p)
+            ops.fsync_dir(d)
             break
         return segments
 
     def _open_active(self) -> None:
         seg = self._segments[-1]
-        self._wfd = os.open(seg.path, os.O_WRONLY)
-        os.lseek(self._wfd, seg.size, os.SEEK_SET)
-        if os.fstat(self._wfd).st_size != seg.size:
-            os.ftruncate(self._wfd, seg.size)
+        ops = self.ops
+        self._wfd = ops.open(seg.path, os.O_WRONLY)
+        ops.lseek(self._wfd, seg.size, os.SEEK_SET)
+        if ops.fsize(self._wfd) != seg.size:
+            ops.ftruncate(self._wfd, seg.size)
 
     # ------------------------------------------------------------------ writing
     def _check(self) -> None:
@@ -252,9 +250,9 @@ class Log:
             view = memoryview(job.data)
             done = 0
             while done < len(job.data):
-                done += os.write(job.fd, view[done:])
+                done += self.ops.write(job.fd, view[done:])
             if self.fsync == "always":
-                os.fdatasync(job.fd)
+                self.ops.fdatasync(job.fd)
         except OSError as exc:
             return exc
         return None
@@ -269,7 +267,7 @@ class Log:
             self._pending_info.clear()
             self.next_offset = self.durable_offset
             try:
-                os.ftruncate(job.fd, job.start)
+                self.ops.ftruncate(job.fd, job.start)
             except OSError:
                 pass
             raise LogFailedError(error.errno, "log write failed: %s" % error) from error
@@ -289,10 +287,10 @@ class Log:
 
     def _roll(self, base: int) -> None:
         # The old active segment is fully written and fsynced by the flushes that filled it.
-        seg = Segment(self.directory, base, self.index_interval_bytes)
-        fd = os.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        _fsync_dir(self.directory)              # the new file's name is durable
-        os.close(self._wfd)
+        seg = Segment(self.directory, base, self.index_interval_bytes, self.ops)
+        fd = self.ops.open(seg.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.ops.fsync_dir(self.directory)      # the new file's name is durable
+        self.ops.close(self._wfd)
         self._wfd = fd
         with self._lock:
             self._segments.append(seg)
@@ -361,21 +359,22 @@ class Log:
         return CompactionStats(n_seg, rec_before, rec_after, b_before, b_after, dropped)
 
     def _replace_segment(self, seg: Segment, data: bytes) -> None:
+        ops = self.ops
         tmp = seg.path + CLEANED_SUFFIX
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = ops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(data)
             done = 0
             while done < len(data):
-                done += os.write(fd, view[done:])
-            os.fsync(fd)
+                done += ops.write(fd, view[done:])
+            ops.fsync(fd)
         finally:
-            os.close(fd)
-        new = Segment(self.directory, seg.base_offset, self.index_interval_bytes)
+            ops.close(fd)
+        new = Segment(self.directory, seg.base_offset, self.index_interval_bytes, ops)
         new.add_scanned(rb.scan(data)[0])
         new.next_offset = max(new.next_offset, seg.next_offset)
-        os.replace(tmp, seg.path)
-        _fsync_dir(self.directory)
+        ops.replace(tmp, seg.path)
+        ops.fsync_dir(self.directory)
         with self._lock:
             i = next(i for i, s in enumerate(self._segments) if s is seg)
             self._segments[i] = new
@@ -390,7 +389,7 @@ class Log:
         with self._compact_lock:
             self.closed = True
             if self._wfd is not None:
-                os.close(self._wfd)
+                self.ops.close(self._wfd)
                 self._wfd = None
             for s in self._segments:
                 s.close()

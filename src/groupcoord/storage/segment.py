@@ -20,6 +20,72 @@ SUFFIX = ".log"
 READ_CHUNK = 1 << 20
 
 
+class FileOps:
+    """The file-system calls of the log (segment.py, log.py, runtime/load.py), as one object so
+    that a test can run the real storage code over a simulated disk (tests/simulation/disk.py).
+    This default is the operating system. Each method looks its ``os`` function up at call
+    time, so tests that monkeypatch ``os.write`` / ``os.fdatasync`` keep working."""
+
+    def open(self, path, flags, mode=0o777):
+        return os.open(path, flags, mode)
+
+    def close(self, fd):
+        os.close(fd)
+
+    def write(self, fd, data):
+        return os.write(fd, data)
+
+    def pread(self, fd, n, offset):
+        return os.pread(fd, n, offset)
+
+    def preadv(self, fd, buffers, offset):
+        return os.preadv(fd, buffers, offset)
+
+    def lseek(self, fd, pos, how):
+        return os.lseek(fd, pos, how)
+
+    def fsize(self, fd):
+        return os.fstat(fd).st_size
+
+    def ftruncate(self, fd, length):
+        os.ftruncate(fd, length)
+
+    def fsync(self, fd):
+        os.fsync(fd)
+
+    def fdatasync(self, fd):
+        os.fdatasync(fd)
+
+    def listdir(self, path):
+        return os.listdir(path)
+
+    def unlink(self, path):
+        os.unlink(path)
+
+    def replace(self, src, dst):
+        os.replace(src, dst)
+
+    def makedirs(self, path):
+        os.makedirs(path, exist_ok=True)
+
+    def getsize(self, path):
+        return os.path.getsize(path)
+
+    def read_file(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def fsync_dir(self, path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+OS_FILE_OPS = FileOps()
+
+
 def segment_name(base_offset: int) -> str:
     return "%020d%s" % (base_offset, SUFFIX)
 
@@ -31,7 +97,9 @@ def parse_segment_name(name: str) -> Optional[int]:
 
 
 class Segment:
-    def __init__(self, directory: str, base_offset: int, index_interval: int = 4096):
+    def __init__(self, directory: str, base_offset: int, index_interval: int = 4096,
+                 ops: FileOps = OS_FILE_OPS):
+        self.ops = ops
         self.base_offset = base_offset
         self.path = os.path.join(directory, segment_name(base_offset))
         self.index_interval = index_interval
@@ -72,8 +140,8 @@ class Segment:
     # ------------------------------------------------------------------ reading
     def fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-            self._finalizer = weakref.finalize(self, os.close, self._fd)
+            self._fd = self.ops.open(self.path, os.O_RDONLY)
+            self._finalizer = weakref.finalize(self, self.ops.close, self._fd)
         return self._fd
 
     def close(self) -> None:
@@ -84,7 +152,7 @@ class Segment:
 
     def read_all(self, end: Optional[int] = None) -> bytes:
         end = self.size if end is None else end
-        data = os.pread(self.fd(), end, 0)
+        data = self.ops.pread(self.fd(), end, 0)
         if len(data) != end:
             raise rb.TruncatedBatchError(self.path, len(data), "file shorter than its batches")
         return data
@@ -96,7 +164,7 @@ class Segment:
         fd = self.fd()
         pos = self.position_for(from_offset)
         while pos < end:
-            buf = os.pread(fd, min(chunk, end - pos), pos)
+            buf = self.ops.pread(fd, min(chunk, end - pos), pos)
             recs, used = rb.decode(buf, 0, len(buf), self.path, pos, True, from_offset)
             if used == 0:                   # one batch larger than the chunk
                 if len(buf) < rb.LENGTH_OVERHEAD:
@@ -104,7 +172,7 @@ class Segment:
                 need = rb.LENGTH_OVERHEAD + int.from_bytes(buf[8:12], "big", signed=True)
                 if need <= len(buf) or pos + need > end:
                     raise rb.CorruptBatchError(self.path, pos, "batchLength out of range")
-                buf = os.pread(fd, need, pos)
+                buf = self.ops.pread(fd, need, pos)
                 recs, used = rb.decode(buf, 0, len(buf), self.path, pos, False, from_offset)
             yield from recs
             pos += used

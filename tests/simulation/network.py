@@ -1,0 +1,233 @@
+"""The simulated network between the members and the coordinator node.
+
+A member talks over one `Connection` at a time (TCP-like): requests on a connection reach
+the node in the order they were sent, and the node answers them in that order. Faults, all
+drawn from the seed:
+
+* delay: every message takes a base latency plus jitter, and sometimes a long spike;
+* loss: a lost message breaks its connection (what loss looks like under TCP: a reset or a
+  stall). The member's waiting requests fail (None) when it notices (a short delay, or its
+  request timeout); the request itself may still reach the node (a "ghost": processed, its
+  answer never comes back);
+* duplication: a request is also delivered a second time, later, on a ghost connection of
+  its own (a client's retry of a request whose first copy was not lost after all);
+* reordering across connections: after a member reconnects, ghosts and duplicates of its
+  old requests can reach the node after its new ones;
+* partitions: a set of members is cut off from the node for a while (both directions;
+  messages in flight are dropped when they arrive);
+* node crash: every connection is reset (members notice after a short delay).
+
+`call(member, request, version, timeout_s)` is what members await: the response, or None
+when the request failed (connection lost, reset, timed out).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["Network", "Connection", "NetParams"]
+
+
+def _brief(req) -> str:
+    """Epoch and owned work of a heartbeat, for the trace."""
+    epoch = getattr(req, "member_epoch", None)
+    if epoch is None:
+        return ""
+    owned = getattr(req, "owned_connectors_and_tasks", None)
+    if owned is None:
+        owned = getattr(req, "topic_partitions", None)
+    return " epoch %d owned %s" % (epoch, "null" if owned is None else "set")
+
+
+class NetParams:
+    """Per-seed network behaviour (drawn by faults.draw_mix)."""
+
+    def __init__(self, *, base_ms=1.0, jitter_ms=4.0, spike_p=0.0, spike_ms=400.0,
+                 loss_p=0.0, ghost_p=0.5, dup_p=0.0, dup_delay_ms=800.0):
+        self.base_ms = base_ms
+        self.jitter_ms = jitter_ms
+        self.spike_p = spike_p
+        self.spike_ms = spike_ms
+        self.loss_p = loss_p
+        self.ghost_p = ghost_p
+        self.dup_p = dup_p
+        self.dup_delay_ms = dup_delay_ms
+
+    def calm(self) -> "NetParams":
+        """The same latency without faults (liveness phase)."""
+        return NetParams(base_ms=self.base_ms, jitter_ms=self.jitter_ms)
+
+
+class Connection:
+    __slots__ = ("cid", "member", "alive", "ghost", "node_incarnation", "next_seq",
+                 "waiting", "last_arrival_us", "last_resp_us", "responses", "next_resp")
+
+    def __init__(self, cid: int, member, node_incarnation: int, ghost: bool = False):
+        self.cid = cid
+        self.member = member
+        self.alive = True              # as the member sees it
+        self.ghost = ghost             # carries duplicates: nobody reads its answers
+        self.node_incarnation = node_incarnation
+        self.next_seq = 0
+        self.waiting: dict = {}        # seq -> future (member side)
+        self.last_arrival_us = 0       # FIFO towards the node
+        self.last_resp_us = 0          # FIFO back to the member
+        self.responses: dict = {}      # seq -> response ready at the node, not yet sent
+        self.next_resp = 0             # the next seq the node may answer on this connection
+
+
+class Network:
+    def __init__(self, loop, rng, params: NetParams, trace):
+        self.loop = loop
+        self.rng = rng
+        self.params = params
+        self.trace = trace
+        self.node = None               # set by the runner (runner.Node)
+        self.cut: dict = {}            # member name -> virtual us until which it is cut off
+        self._cids = 0
+        self.conns: list = []
+        self.frozen = False            # the run is over: nothing reaches the node any more
+        # counters
+        self.sent = 0
+        self.lost = 0
+        self.duplicated = 0
+        self.ghosts = 0
+        self.timeouts = 0
+
+    # ---------------------------------------------------------------- helpers
+    def _delay_us(self) -> int:
+        p, r = self.params, self.rng
+        d = p.base_ms + r.random() * p.jitter_ms
+        if p.spike_p and r.random() < p.spike_p:
+            d += r.random() * p.spike_ms
+        return int(d * 1000)
+
+    def is_cut(self, name: str) -> bool:
+        until = self.cut.get(name)
+        return until is not None and self.loop.now_us < until
+
+    def partition(self, names, duration_ms: int) -> None:
+        until = self.loop.now_us + duration_ms * 1000
+        for n in names:
+            self.cut[n] = max(self.cut.get(n, 0), until)
+        self.trace("net", "partition %s for %d ms" % (",".join(sorted(names)), duration_ms))
+
+    def _new_conn(self, member, ghost=False) -> Connection:
+        self._cids += 1
+        c = Connection(self._cids, member, self.node.incarnation, ghost)
+        if not ghost:
+            self.conns.append(c)
+        return c
+
+    def _break(self, conn: Connection, notice_us: int) -> None:
+        """The connection is dead; its waiting requests fail after notice_us."""
+        if not conn.alive:
+            return
+        conn.alive = False
+        waiting = sorted(conn.waiting.items())
+        conn.waiting = {}
+        if waiting:
+            self.loop.call_later(notice_us / 1e6, self._fail_waiters, waiting)
+
+    @staticmethod
+    def _fail_waiters(waiting) -> None:
+        for _seq, fut in waiting:
+            if not fut.done():
+                fut.set_result(None)
+
+    # ---------------------------------------------------------------- member side
+    async def call(self, member, request, version: int, timeout_s: float):
+        conn: Optional[Connection] = member.conn
+        if conn is None or not conn.alive:
+            conn = member.conn = self._new_conn(member)
+        fut = self.loop.create_future()
+        seq = conn.next_seq
+        conn.next_seq += 1
+        conn.waiting[seq] = fut
+        self.sent += 1
+        self._send(conn, seq, request, version)
+        timer = self.loop.call_later(timeout_s, self._timeout, conn, seq)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            conn.waiting.pop(seq, None)
+
+    def _timeout(self, conn: Connection, seq: int) -> None:
+        if seq in conn.waiting:
+            self.timeouts += 1
+            self._break(conn, 0)        # a client closes a connection whose request timed out
+
+    def _send(self, conn: Connection, seq: int, request, version: int) -> None:
+        p, r, now = self.params, self.rng, self.loop.now_us
+        name = conn.member.name
+        node = self.node
+        if not node.up:
+            self._break(conn, r.randint(1_000, 50_000))     # connection refused / reset
+            return
+        if self.is_cut(name):
+            return                                          # vanishes: the member times out
+        if p.loss_p and r.random() < p.loss_p:
+            self.lost += 1
+            self._break(conn, r.randint(1_000, 200_000))
+            if r.random() < p.ghost_p:
+                self.ghosts += 1
+                g = self._new_conn(conn.member, ghost=True)
+                self._schedule_arrival(g, 0, request, version, now + self._delay_us())
+            return
+        at = max(now + self._delay_us(), conn.last_arrival_us + 1)
+        conn.last_arrival_us = at
+        self._schedule_arrival(conn, seq, request, version, at)
+        if p.dup_p and r.random() < p.dup_p:
+            self.duplicated += 1
+            g = self._new_conn(conn.member, ghost=True)
+            self._schedule_arrival(g, 0, request, version,
+                                   now + int(r.random() * p.dup_delay_ms * 1000)
+                                   + self._delay_us())
+
+    def _schedule_arrival(self, conn, seq, request, version, at_us: int) -> None:
+        self.loop.call_at(at_us / 1e6, self._arrive, conn, seq, request, version)
+
+    # ---------------------------------------------------------------- node side
+    def _arrive(self, conn: Connection, seq: int, request, version: int) -> None:
+        node = self.node
+        if self.frozen or not node.up or conn.node_incarnation != node.incarnation:
+            return                                  # the node that accepted it is gone
+        if not conn.ghost and self.is_cut(conn.member.name):
+            return
+        if conn.ghost:
+            self.trace("net", "ghost %s from %s%s" % (
+                type(request).__name__, conn.member.name, _brief(request)))
+        node.receive(conn, seq, request, version, self._respond)
+
+    def _respond(self, conn: Connection, seq: int, response) -> None:
+        """The node's answer to request seq is ready: send answers in request order."""
+        if conn.ghost or conn.node_incarnation != self.node.incarnation:
+            return
+        conn.responses[seq] = response
+        while conn.next_resp in conn.responses:
+            resp = conn.responses.pop(conn.next_resp)
+            s = conn.next_resp
+            conn.next_resp += 1
+            p, r = self.params, self.rng
+            if p.loss_p and r.random() < p.loss_p:
+                self.lost += 1
+                self._break(conn, r.randint(1_000, 200_000))
+                continue
+            at = max(self.loop.now_us + self._delay_us(), conn.last_resp_us + 1)
+            conn.last_resp_us = at
+            self.loop.call_at(at / 1e6, self._deliver, conn, s, resp)
+
+    def _deliver(self, conn: Connection, seq: int, response) -> None:
+        if not conn.alive or self.is_cut(conn.member.name):
+            return
+        fut = conn.waiting.get(seq)
+        if fut is not None and not fut.done():
+            fut.set_result(response)
+
+    def node_crashed(self) -> None:
+        for c in self.conns:
+            self._break(c, self.rng.randint(1_000, 50_000))
+        self.conns = [c for c in self.conns if c.alive]
+
+    def prune(self) -> None:
+        self.conns = [c for c in self.conns if c.alive]

@@ -1,0 +1,115 @@
+"""The deterministic simulation in CI: the short swarm run, replay determinism, and the
+mutation check of the checkers (docs/simulation.md).
+
+The seeds run in a child process (`python -m tests.simulation`, PYTHONHASHSEED fixed) so that
+any failing seed printed here replays exactly with the printed command.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.simulation.runner import KNOWN_BUGS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHORT_SEEDS = 300            # seeds 0..299: about 30-40 s on this machine (2 cores)
+# Each planted bug must be found within this many seeds (they are found in 1-60 today).
+MUTATION_SEEDS = {"grant-before-revoke": 50, "accept-stale-epoch": 200,
+                  "ack-before-fsync": 50}
+LIVENESS_MUTATION_SEEDS = {"no-timer-rearm": 100}
+
+
+def _run(*args, timeout=600):
+    env = dict(os.environ, PYTHONHASHSEED="0",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT]))
+    p = subprocess.run([sys.executable, "-m", "tests.simulation", *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def _failures(out: str) -> list:
+    return re.findall(r"^  failed: seed (\d+): (.*)$", out, re.M)
+
+
+def test_short_swarm_run_has_no_unexplained_failure():
+    """A few hundred seeds, each with its own fault mix. A failure is accepted only when the
+    simulator attributed it to one of the named findings (KNOWN_BUGS, reported in
+    docs/simulation.md, each reproduced by an xfail test below)."""
+    code, out = _run("--seeds", str(SHORT_SEEDS), "--jobs", "2", "--max-failures", "1000")
+    assert re.search(r"^%d seeds" % SHORT_SEEDS, out, re.M), out[-3000:]
+    unexplained = [(s, f) for s, f in _failures(out)
+                   if not any(f.startswith("[known: %s]" % b) for b in KNOWN_BUGS)]
+    assert not unexplained, "\n".join(
+        "seed %s: %s\n  replay: python -m tests.simulation --seed %s --trace" % (s, f, s)
+        for s, f in unexplained)
+
+
+def test_a_seed_replays_exactly():
+    digests = []
+    for _ in range(2):
+        code, out = _run("--seed", "3")
+        assert code == 0, out[-3000:]
+        digests.append(re.search(r"digest ([0-9a-f]+)", out).group(1))
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("name", sorted(MUTATION_SEEDS))
+def test_mutation_is_found(name):
+    n = MUTATION_SEEDS[name]
+    code, out = _run("--seeds", str(n), "--mutation", name, "--max-failures", "1")
+    assert code == 1 and _failures(out), "planted bug %s not found in %d seeds:\n%s" % (
+        name, n, out[-2000:])
+
+
+@pytest.mark.parametrize("name", sorted(LIVENESS_MUTATION_SEEDS))
+def test_liveness_mutation_is_found(name):
+    n = LIVENESS_MUTATION_SEEDS[name]
+    code, out = _run("--seeds", str(n), "--mutation", name, "--liveness", "--faults",
+                     "node-crash,member-crash", "--max-failures", "1")
+    assert code == 1 and any("liveness" in f or "exclusive" in f for _s, f in _failures(out)), \
+        "planted bug %s not found in %d seeds:\n%s" % (name, n, out[-2000:])
+
+
+# ---------------------------------------------------------------------- findings
+# Coordinator / SDK bugs the simulator found, not fixed in this change (src/groupcoord/
+# coordinator is the lead's). Each test replays the seed that shows it and asserts the seed
+# passes: xfail(strict=True) until the bug is fixed, then XPASS fails the suite so the
+# marker (and the KNOWN_BUGS entry) get removed.
+@pytest.mark.xfail(strict=True, reason="connect-stale-epoch-removal: the connect coordinator "
+                   "removes a worker when a delayed heartbeat with an old epoch arrives "
+                   "(connect.py, FENCED_MEMBER_EPOCH path); its work is given away while the "
+                   "live worker still runs it")
+def test_finding_connect_stale_epoch_removal():
+    code, out = _run("--seed", "185")
+    assert code == 0, out[-1500:]
+
+
+@pytest.mark.parametrize("seed", [["--seed", "78"], ["--seed", "428"],
+                                  ["--seed", "100011", "--liveness"]])
+def test_fixed_pending_revocation_is_repeated(seed):
+    """Finding 2, fixed: a revocation whose first answer went to a late copy of a heartbeat
+    is repeated on the member's next heartbeats (consumer and connect), so no member is
+    fenced by the revocation timeout while still running what it never heard it must give
+    up (seeds 78 and 428: connect; 100011: consumer)."""
+    code, out = _run(*seed)
+    assert code == 0, out[-1500:]
+
+
+@pytest.mark.xfail(strict=True, reason="classic-ghost-join: a late JoinGroup/SyncGroup copy "
+                   "puts a classic member in a generation it never learns; cooperative-sticky "
+                   "then ignores its claims (KIP-341) and gives its partitions away")
+def test_finding_classic_ghost_join():
+    code, out = _run("--seed", "100235", "--liveness")
+    assert code == 0, out[-1500:]
+
+
+def test_fixed_sdk_classic_claims_carry_the_joined_generation():
+    """Finding 4, fixed: after a lost SyncGroup answer a classic member claims its partitions
+    at the generation it last joined (Kafka's Java client), so the cooperative-sticky leader
+    does not give them away while it still runs them."""
+    code, out = _run("--seed", "67")
+    assert code == 0, out[-1500:]
