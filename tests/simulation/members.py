@@ -26,6 +26,7 @@ at which epoch, wrote the value the coordinator holds.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from typing import Optional
 
 from groupcoord.client import members_classic_state as cst
@@ -67,7 +68,7 @@ def _version(req) -> int:
     return type(req).VERSIONS[1]
 
 
-class SimMember:
+class SimMember(ABC):
     kind = ""
 
     def __init__(self, sim, group, name: str, *, instance_id: Optional[str] = None):
@@ -140,11 +141,14 @@ class SimMember:
             self.sim.net._break(self.conn, 0)
         self.conn = None
 
+    @abstractmethod
     def reset_protocol(self, mode: str) -> None:
-        raise NotImplementedError
+        """A fresh protocol state machine for a (re)start: mode 'fresh', 'same-id' or
+        'old-epoch'."""
 
+    @abstractmethod
     async def main(self) -> None:
-        raise NotImplementedError
+        """The member's driver task: join, heartbeat, reconcile, until it stops."""
 
     async def committer(self) -> None:
         return
