@@ -13,9 +13,12 @@ import sys
 
 import pytest
 
+import groupcoord
+
 from tests.simulation.runner import KNOWN_BUGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(groupcoord.__file__)))
 SHORT_SEEDS = 300            # seeds 0..299: about 30-40 s on this machine (2 cores)
 # Each planted bug must be found within this many seeds (they are found in 1-60 today).
 MUTATION_SEEDS = {"grant-before-revoke": 50, "accept-stale-epoch": 200,
@@ -24,8 +27,10 @@ LIVENESS_MUTATION_SEEDS = {"no-timer-rearm": 100}
 
 
 def _run(*args, timeout=600):
+    # groupcoord as this test process imports it (src/ in a dev checkout, site-packages in
+    # CI, where src/ has no compiled modules), and the repository root for `tests`.
     env = dict(os.environ, PYTHONHASHSEED="0",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), ROOT]))
+               PYTHONPATH=os.pathsep.join([PKG_ROOT, ROOT]))
     p = subprocess.run([sys.executable, "-m", "tests.simulation", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
