@@ -150,6 +150,55 @@ def test_timers_equal_deadlines_fire_in_scheduling_order():
     assert [t.pop_due(7) for _ in keys] == list(reversed(keys))
 
 
+def test_timers_heartbeat_reschedules_do_not_grow_the_heap():
+    # The hot path: a later deadline changes only the table (O(1)); the one live heap entry
+    # is deferred when it surfaces.
+    t = Timers()
+    ks = [TimerKey("session", "g", str(i)) for i in range(100)]
+    for now in range(0, 10_000, 10):
+        for k in ks:
+            t.schedule(k, now + 450)
+        assert len(t._heap) == len(ks)
+        assert t.pop_due(now) is None
+    assert t.next_deadline() == 9_990 + 450
+
+
+def test_timers_match_a_sorted_table_model():
+    """Seeded random schedules, cancels and pops against the obvious model: the table, and
+    the due key = min (deadline, seq of the schedule that set it)."""
+    import random
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    rnd = random.Random(seed)
+    t, model, seq = Timers(), {}, 0
+    keys = [TimerKey("k", "g", str(i)) for i in range(40)]
+    now = 0
+    for _ in range(20_000):
+        op = rnd.random()
+        k = rnd.choice(keys)
+        if op < 0.55:
+            d = now + rnd.choice([0, 1, 5, 50, rnd.randrange(-3, 200)])
+            t.schedule(k, d)
+            if model.get(k, (None,))[0] != d:
+                seq += 1
+                model[k] = (d, seq)
+        elif op < 0.65:
+            t.apply([(k, None)])
+            model.pop(k, None)
+        elif op < 0.8:
+            exp = min(model.values()) if model else None
+            assert t.next_deadline() == (exp[0] if exp else None), seed
+        else:
+            now += rnd.randrange(0, 30)
+            due = sorted((v, kk) for kk, v in model.items() if v[0] <= now)
+            for v, kk in due:
+                assert t.pop_due(now) == kk, seed
+                del model[kk]
+            assert t.pop_due(now) is None, seed
+        assert len(t) == len(model) and t.get(k) == model.get(k, (None,))[0], seed
+        assert len(t._heap) <= max(64, 4 * len(model)) + 1, seed
+
+
 # ------------------------------------------------------------------------------ topics
 def test_topic_catalog_ids_are_stable_and_validated():
     c = TopicCatalog.of(orders=3, pay=6)

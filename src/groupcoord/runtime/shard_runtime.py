@@ -241,12 +241,9 @@ class ShardRuntime:
             else:
                 self._release(waiter)
         if result.timers:
-            # Asked on every change, although a steady heartbeat only pushes its deadline
-            # later: next_deadline pops the stale heap entry each reschedule leaves, one per
-            # request (~15% of the server at 100k members). Skipping it when the armed wake-up
-            # is earlier was tried: the stale entries then pile up and are popped in one burst
-            # when the timer fires (p99 15 -> 76 ms at 10k members). An O(1) reschedule (per-
-            # timeout FIFOs or a timer wheel) is the fix; see docs/benchmarks-server.md.
+            # Asked on every change. A steady heartbeat only pushes its session deadline
+            # later, which Timers records in O(1) (its heap entry is deferred when its old
+            # deadline passes) and wake_at reads the heap top: O(1) on the hot path.
             self._arm_timer()
         for job in result.offload:
             self._offload(job)
@@ -354,7 +351,7 @@ class ShardRuntime:
 
     # ================================================================== timers
     def _arm_timer(self) -> None:
-        nd = self.shard.timers.next_deadline()
+        nd = self.shard.timers.wake_at()      # may be early: _on_timer then fires nothing
         if nd is None or (self._timer_at is not None and self._timer_at <= nd):
             return      # an earlier (or equal) wake-up is armed; it re-arms when it fires
         self._cancel_timer()
