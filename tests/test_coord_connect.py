@@ -570,11 +570,11 @@ def test_config_state_changes(coord):
     tgt = state(h)["target"]
     assert sorted(tgt["W1"] + tgt["W2"]) == ["AC0", "AT1", "AT2", "AT3", "BC0", "BT1"]
     # A new connector: bump again.
-    h.send(hb("W1", 2, config=cfg_state({"A": 3, "B": 1, "C": 0}, offset=4)))
-    assert state(h)["group"] == 4
+    r = h.send(hb("W1", 2, config=cfg_state({"A": 3, "B": 1, "C": 0}, offset=4)))
+    assert (r.error_code, r.member_epoch, state(h)["group"]) == (E.COMPUTE_ASSIGNMENT, 3, 4)
     # Removed connector and tasks: bump; their units leave nobody's target at the next install.
-    h.send(hb("W1", 2, config=cfg_state({"C": 1}, offset=5)))
-    assert state(h)["group"] == 5
+    r = h.send(hb("W1", 3, config=cfg_state({"C": 1}, offset=5)))
+    assert r.error_code == E.COMPUTE_ASSIGNMENT and state(h)["group"] == 5
 
 
 # ----------------------------------------------------------------------------- worker selection
@@ -828,18 +828,29 @@ def test_lost_response_is_tolerated(coord):
     assert r.error_code == E.FENCED_MEMBER_EPOCH
 
 
-def test_fenced_epoch_removes_the_member(coord):
+def test_fenced_epoch_does_not_remove_the_member(coord):
+    """An epoch the member cannot be at is fenced, but nothing changes: the request may be a
+    late copy the live worker sent long ago (docs/decisions.md). The worker that really is
+    behind abandons its work and rejoins at epoch 0; it gets its work back."""
     h, w = stable_pair(coord)
-    r = h.send(hb("W2", 3))
-    assert r.error_code == E.FENCED_MEMBER_EPOCH and "removed" in r.error_message
     g = h.shard.group("g")
-    assert "W2" not in g.members and "W2" not in g.current and "W2" not in g.target
-    assert g.epoch == 3 and g.computing == "W1"
-    assert h.shard.timers.get(TimerKey(connect.SESSION, "g", "W2")) is None
+    before = (dict(g.members), dict(g.current), dict(g.target), g.epoch, g.computing)
+    session = h.shard.timers.get(TimerKey(connect.SESSION, "g", "W2"))
+    res = h.shard.handle(hb("W2", 3), h.now, 0)
+    assert res.response.error_code == E.FENCED_MEMBER_EPOCH
+    assert "rejoin with epoch 0" in res.response.error_message
+    assert not res.records and not res.timers
+    h.send(hb("W2", 1))                          # an older epoch, not the previous one
+    g = h.shard.group("g")
+    assert (dict(g.members), dict(g.current), dict(g.target), g.epoch, g.computing) == before
+    assert h.shard.timers.get(TimerKey(connect.SESSION, "g", "W2")) == session
+    # The live worker goes on at its epoch, unaffected.
     r = h.send(hb("W2", 2))
-    assert r.error_code == E.UNKNOWN_MEMBER_ID
-    # It rejoins with epoch 0 and gets work again after the next target.
-    assert h.send(hb("W2", 0)).error_code == 0
+    assert (r.error_code, r.member_epoch) == (0, 2)
+    # A worker that was behind rejoins with epoch 0 and is given its assignment again.
+    r = h.send(hb("W2", 0, owned=[]))
+    assert (r.error_code, r.member_epoch) == (0, 2)
+    assert assignment(r) == ["BC0", "BT1"]
 
 
 def test_unrevoked_member_is_fenced_at_its_rebalance_timeout(coord):

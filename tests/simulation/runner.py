@@ -51,9 +51,8 @@ __all__ = ["Options", "SeedResult", "run_seed", "replay_command", "HASH_SEED",
 
 # A coordinator bug found by the simulator and not fixed yet (docs/simulation.md, Findings):
 # failures it causes are prefixed with its name.
-KNOWN_CONNECT_BUG = "connect-stale-epoch-removal"
 KNOWN_GHOST_JOIN = "classic-ghost-join"
-KNOWN_BUGS = (KNOWN_CONNECT_BUG, KNOWN_GHOST_JOIN)
+KNOWN_BUGS = (KNOWN_GHOST_JOIN,)
 
 # The runner command fixes PYTHONHASHSEED to this (see __main__._fixed_hash_seed).
 HASH_SEED = "0"
@@ -299,9 +298,6 @@ class Node:
             if target is not None and not any(c in _UNAVAILABLE for c in _error_codes(resp)):
                 checker.note_ack(idx, target)
             checker.observe_response(gid, req, resp)
-            if isinstance(resp, m.ConnectGroupHeartbeatResponse) and \
-                    resp.error_code == E.FENCED_MEMBER_EPOCH and req.member_epoch > 0:
-                self.sim.note_stale_removal(req)
             if conn.ghost:
                 self.sim.note_ghost_answer(conn.member, req, resp)
             respond(conn, seq, resp)
@@ -401,20 +397,6 @@ class Sim:
         self._ids += 1
         return base64.urlsafe_b64encode(self.rng.getrandbits(128).to_bytes(16, "big")) \
             .rstrip(b"=").decode()
-
-    def note_stale_removal(self, req) -> None:
-        """Known bug connect-stale-epoch-removal (docs/simulation.md, Findings): the connect
-        coordinator removes a worker when *any* heartbeat with an old epoch arrives, also a
-        delayed duplicate the live worker sent long ago; the worker's work is then given to
-        others while the worker still runs it. Recorded so that the failure it leads to is
-        attributed to it by name (the swarm test lists such seeds; see KNOWN_BUGS)."""
-        for x in self.members:
-            if x.alive and x.kind == "connect" and x.member_id == req.member_id \
-                    and x.st.member_epoch != req.member_epoch:
-                self.known_bug_members[x.name] = KNOWN_CONNECT_BUG
-                self.trace("bug", "KNOWN connect-stale-epoch-removal: a heartbeat at epoch %d "
-                           "removed live worker %s (at epoch %d)"
-                           % (req.member_epoch, x.name, x.st.member_epoch))
 
     def note_ghost_answer(self, x, req, resp) -> None:
         """Known weaknesses under late duplicates (docs/simulation.md, Findings): a stale copy

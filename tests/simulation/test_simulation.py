@@ -84,12 +84,11 @@ def test_liveness_mutation_is_found(name):
 # coordinator is the lead's). Each test replays the seed that shows it and asserts the seed
 # passes: xfail(strict=True) until the bug is fixed, then XPASS fails the suite so the
 # marker (and the KNOWN_BUGS entry) get removed.
-@pytest.mark.xfail(strict=True, reason="connect-stale-epoch-removal: the connect coordinator "
-                   "removes a worker when a delayed heartbeat with an old epoch arrives "
-                   "(connect.py, FENCED_MEMBER_EPOCH path); its work is given away while the "
-                   "live worker still runs it")
-def test_finding_connect_stale_epoch_removal():
-    code, out = _run("--seed", "185")
+@pytest.mark.parametrize("seed", ["185", "117", "194"])
+def test_fixed_connect_stale_epoch_does_not_remove_the_worker(seed):
+    """Finding 1, fixed: a late copy of a connect heartbeat at an old epoch is fenced without
+    removing the worker, so its work is not given to others while it still runs it."""
+    code, out = _run("--seed", seed)
     assert code == 0, out[-1500:]
 
 

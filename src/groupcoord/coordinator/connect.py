@@ -689,12 +689,15 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         if req.member_epoch == 0 and cur.epoch == STATIC_LEAVE:
             cur = cur._replace(epoch=cur.previous_epoch)     # back from a temporary leave
         elif req.member_epoch != 0 and rc.check_member_epoch(cur, req.member_epoch, owned):
-            recs, timers = _remove(g, mid, now, cfg)
-            return Result(m.ConnectGroupHeartbeatResponse(
-                error_code=int(E.FENCED_MEMBER_EPOCH), member_id=mid,
-                error_message="member epoch %d does not match the current epoch %d; the member "
-                              "is removed and must rejoin" % (req.member_epoch, cur.epoch)),
-                recs, timers)
+            # Fenced, not removed (docs/decisions.md, "Connect: a fenced heartbeat does not
+            # remove the worker"): the request may be a late copy the live worker sent long
+            # ago, and removing it would hand its work to others while it still runs it. A
+            # worker that really is behind abandons its work and rejoins at epoch 0; one
+            # that is gone is removed by its session timeout.
+            return _hb_error(E.FENCED_MEMBER_EPOCH,
+                             "member epoch %d does not match the current epoch %d; the member "
+                             "must abandon its work and rejoin with epoch 0"
+                             % (req.member_epoch, cur.epoch), mid)
 
     # ---- member information
     if meta is not None and replaced is None and req.instance_id is None \
