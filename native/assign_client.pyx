@@ -197,16 +197,45 @@ cdef int32_t _resolve_claims(int32_t[::1] claim, const int64_t[::1] oip,
     return g
 
 
+cdef void _stale_claims(int32_t[::1] stale, const int32_t[::1] claim,
+                        const int64_t[::1] oip, const int32_t[::1] owned,
+                        const int32_t[::1] gen, int32_t g, int64_t N) noexcept nogil:
+    """Claims of members reporting an older generation, on units no current-generation
+    member claims: stale[u] = the claimant, -2 for several, -1 none. KIP-341 ignores them
+    for stickiness; cooperative mode still withholds such a unit from anyone else (below)."""
+    cdef Py_ssize_t M = gen.shape[0], m
+    cdef int64_t i
+    cdef int32_t u, c
+    for m in range(M):
+        if gen[m] == g:
+            continue
+        for i in range(oip[m], oip[m + 1]):
+            u = owned[i]
+            if u < 0 or u >= N or claim[u] != -1:
+                continue                      # out of range: ignored like the claim itself
+            c = stale[u]
+            if c == -1:
+                stale[u] = <int32_t>m
+            elif c >= 0 and c != m:
+                stale[u] = -2
+
+
 cdef void _withhold(int32_t[::1] target, const int32_t[::1] final,
-                    const int32_t[::1] claim, int64_t N) noexcept nogil:
+                    const int32_t[::1] claim, const int32_t[::1] stale,
+                    int64_t N) noexcept nogil:
     """KIP-429: a unit whose final owner is not its (sole, current-generation) claimant is
-    withheld this round: its claimant(s) revoke it first, a follow-up rebalance gives it."""
+    withheld this round: its claimant(s) revoke it first, a follow-up rebalance gives it.
+    So is a unit only an older-generation member claims, when it goes to anyone else: that
+    member may well still run it (its JoinGroup answer was lost, so it reports the
+    generation before; docs/decisions.md), and nobody may start it before it revoked it."""
     cdef int64_t u
     cdef int32_t c
     for u in range(N):
         target[u] = final[u]
         if final[u] >= 0:
             c = claim[u]
+            if c == -1:
+                c = stale[u]
             if c == -2 or (c >= 0 and c != final[u]):
                 target[u] = -1
 
@@ -954,7 +983,9 @@ def sticky(const int32_t[::1] ppt, const int64_t[::1] tbase,
     if not cooperative:
         return final_arr, final_arr, homogeneous
     target_arr = np.empty(N, np.int32)
-    cdef int32_t[::1] target = target_arr
+    stale_arr = np.full(N, -1, np.int32)
+    cdef int32_t[::1] target = target_arr, stale = stale_arr
     with nogil:
-        _withhold(target, final, claim, N)
+        _stale_claims(stale, claim, oip, owned, gen, g, N)
+        _withhold(target, final, claim, stale, N)
     return target_arr, final_arr, homogeneous

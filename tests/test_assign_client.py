@@ -154,6 +154,22 @@ def ref_claims(owned, gen):
     return claim
 
 
+def ref_withheld(final, owned, gen):
+    """Units withheld this round: the moved ones, and units only older-generation members
+    claim that go to someone else (such a member may still run them: it revokes first)."""
+    claim = ref_claims(owned, gen)
+    top = max(gen) if len(gen) else 0
+    stale = {}
+    for m, units in enumerate(owned):
+        if gen[m] != top:
+            for u in set(units):
+                if 0 <= u < len(final) and u not in claim:
+                    stale.setdefault(u, set()).add(m)
+    out = ref_moved(final, claim)
+    out |= {u for u, ms in stale.items() if final[u] >= 0 and ms != {int(final[u])}}
+    return out
+
+
 def topic_of(ppt):
     return np.repeat(np.arange(len(ppt)), ppt)
 
@@ -391,8 +407,9 @@ def _check_sticky(g, res, force_general):
     # withheld this round == exactly the moved units
     claim = ref_claims(owned, gen)
     moved = ref_moved(final, claim)
-    assert set(np.flatnonzero((target == -1) & (final >= 0)).tolist()) == moved
-    assert set(res.withheld.tolist()) == moved
+    withheld = ref_withheld(final, owned, gen)
+    assert set(np.flatnonzero((target == -1) & (final >= 0)).tolist()) == withheld
+    assert set(res.withheld.tolist()) == withheld
     assert np.all((target == final) | (target == -1))
     # balance and stickiness: exact optimum (min-cost flow oracle)
     want_counts, want_moves = oracle_sticky(ppt, subs, claim)
@@ -513,15 +530,22 @@ def test_kip341_same_generation_duplicate_is_reassigned_and_moved(general):
 @pytest.mark.parametrize("general", [False, True])
 def test_kip341_old_generation_claim_is_ignored(general):
     # B reports gen 3 and claims p0 and p1, A reports gen 5 and claims nothing: B's claims
-    # are stale, the units are free (not withheld), balanced 1/1 in member order.
+    # are stale, so they do not make B sticky (balanced 1/1, dealt in unit, member order),
+    # but the unit that goes to A is withheld this round: B may still run it (its last
+    # JoinGroup answer lost), so B revokes it first.
     r = _coop([2], [[0], [0]], [[], [0, 1]], [5, 3], _force_general=general)
-    assert sorted(counts(r.final_owner, 2)) == [1, 1]
-    assert r.withheld.size == 0
-    assert np.array_equal(r.target_owner, r.final_owner)
-    assert r.final_owner.tolist() == [0, 1]              # dealt in unit, member order
+    assert r.final_owner.tolist() == [0, 1]
+    assert r.target_owner.tolist() == [-1, 1] and r.withheld.tolist() == [0]
     # an unknown generation (-1) is older than any real one
     r = _coop([2], [[0], [0]], [[0, 1], []], [-1, 0], _force_general=general)
-    assert r.withheld.size == 0 and r.final_owner.tolist() == [0, 1]
+    assert r.final_owner.tolist() == [0, 1] and r.withheld.tolist() == [1]
+    # a stale claim on a unit a current-generation member claims is simply ignored
+    r = _coop([2], [[0], [0]], [[0], [0, 1]], [5, 3], _force_general=general)
+    assert r.final_owner.tolist() == [0, 1] and r.withheld.size == 0
+    # eager sticky withholds nothing (everyone revoked before joining)
+    sip, sv = _csr([[0], [0]])
+    oip, ov = _csr([[], [0, 1]])
+    assert C.sticky_assign([2], sip, sv, oip, ov, np.array([5, 3], np.int32)).tolist() == [0, 1]
     # all unknown: claims count (Kafka: DEFAULT_GENERATION when nobody has one)
     r = _coop([2], [[0], [0]], [[], [0, 1]], [-1, -1], _force_general=general)
     assert r.final_owner.tolist() == [1, 0] and r.withheld.tolist() == [1]
@@ -596,7 +620,9 @@ def test_join_leave_at_scale_homogeneous(general):
     moved = ref_moved(res.final_owner, claim)
     g = Group(ppt.tolist(), [list(range(T))] * M, owned_lists, gen.tolist())
     assert len(moved) == min_moves_homogeneous(res.final_owner, g.subs, g.ppt, claim)
-    assert set(res.withheld.tolist()) == moved
+    # the stale member's uncontested claims that go to others are withheld as well
+    assert set(res.withheld.tolist()) == ref_withheld(res.final_owner, owned_lists,
+                                                      gen.tolist())
     # one member joins (gen -1), then one leaves: moves are exactly the quota shifts
     for change in ("join", "leave"):
         f = res.final_owner

@@ -18,9 +18,12 @@ Decisions (Kafka's semantics where it has them; see also tests/test_assign_clien
 
 * **KIP-341 claims** follow Kafka's AbstractStickyAssignor: only members reporting the
   highest generation in the group have their claims honoured; claims of members reporting an
-  older generation (or -1 while someone reports a real one) are ignored entirely -- the unit is
-  treated as unowned and is *not* withheld (Kafka's leader gives such units out at once as
-  well). A unit claimed by two members of the highest generation is a
+  older generation (or -1 while someone reports a real one) do not count for stickiness -- the
+  unit is treated as unowned. In cooperative mode such a unit, when no current-generation
+  member claims it and it goes to someone other than its stale claimant, is still *withheld*
+  for one round (Kafka's leader gives it out at once): a member whose last JoinGroup answer was
+  lost reports the generation before and may still run it (found by the simulation,
+  docs/simulation.md finding 3). A unit claimed by two members of the highest generation is a
   conflict: neither keeps it, it is reassigned like a free unit, and in cooperative mode it is
   withheld for one round (counted as moved), so both claimants revoke it first.
 * **Claims of units the claimant is not subscribed to** (its subscription changed) are not
