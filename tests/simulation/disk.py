@@ -11,8 +11,10 @@ system) in memory, modelling what a crash keeps:
   durable contents plus a random prefix of the bytes written after the last fsync (none:
   "lost before fsync"; some: a torn write, optionally ending in garbage bytes);
 * faults: `fail_next` makes the next write or fdatasync raise EIO (the runtime must answer
-  COORDINATOR_NOT_AVAILABLE and reload); `no_sync` turns fsyncs into no-ops (used to run a
-  write that was in flight when the node died: it reached the page cache only).
+  COORDINATOR_NOT_AVAILABLE and reload); `no_sync` makes the first fsync stop the job
+  (`InterruptedByCrash`: used to run an I/O job that was in flight when the node died: what it
+  did before its first fsync reached the page cache, and nothing after it happened -- a
+  compaction's rename never runs ahead of the fsync of the file it renames).
 
 `SimExecutor` replaces the runtime's I/O and assignor thread pools: `submit(fn, *args)`
 returns an asyncio future of the loop and runs `fn` at a later virtual time drawn from the
@@ -29,7 +31,7 @@ from typing import Callable, Optional
 
 from groupcoord.storage.segment import FileOps
 
-__all__ = ["SimDisk", "SimExecutor"]
+__all__ = ["SimDisk", "SimExecutor", "InterruptedByCrash"]
 
 
 class _Inode:
@@ -38,6 +40,10 @@ class _Inode:
     def __init__(self):
         self.data = bytearray()
         self.durable = b""
+
+
+class InterruptedByCrash(Exception):
+    """The node died while this I/O job waited for an fsync (see SimExecutor.crash)."""
 
 
 class _Fd:
@@ -150,13 +156,14 @@ class SimDisk(FileOps):
 
     def fdatasync(self, fd):
         f = self._fd(fd)
+        if self.no_sync:
+            raise InterruptedByCrash()
         if self.fail_next == "fdatasync":
             self.fail_next = None
             self.eio += 1
             raise OSError(errno.EIO, "simulated fsync error")
-        if not self.no_sync:
-            f.ino.durable = bytes(f.ino.data)
-            self.syncs += 1
+        f.ino.durable = bytes(f.ino.data)
+        self.syncs += 1
 
     def listdir(self, path):
         if path not in self.dirs:
@@ -191,7 +198,7 @@ class SimDisk(FileOps):
 
     def fsync_dir(self, path):
         if self.no_sync:
-            return
+            raise InterruptedByCrash()
         for p in set(self.names) | set(self.durable_names):
             if posixpath.dirname(p) == path:
                 if p in self.names:
@@ -282,10 +289,11 @@ class SimExecutor:
         for _jid, (handle, fn, args, fut) in jobs:
             handle.cancel()
             if run_unsynced is not None and disk is not None and run_unsynced(fn):
+                # It ran up to its first fsync, where the crash stopped it.
                 disk.no_sync = True
                 try:
                     fn(*args)
-                except Exception:           # the process is dead: nothing reports it
+                except Exception:           # InterruptedByCrash; the process is dead anyway
                     pass
                 finally:
                     disk.no_sync = False

@@ -10,12 +10,25 @@ the simulator must find each within a stated number of seeds (test_simulation.py
                          records are durable: a crash loses acknowledged writes.
     no-timer-rearm       a shard loaded from its log does not re-arm its timers: members that
                          died before a coordinator restart are never expired (liveness).
+
+Fixed findings, planted back (docs/simulation.md, Findings): their regression tests, which
+keep working when the simulator's trajectories change (a fixed seed may stop reaching the
+interleaving; a mutation must still be found within N seeds).
+
+    fenced-removes-worker  finding 1: a connect heartbeat at a stale epoch removes the worker
+                         (the seed's rule): a late copy evicts a live worker.
+    stale-claims-given   finding 3: the SDK's cooperative-sticky leader gives a unit that
+                         only an older-generation member claims to someone else at once.
 """
 from __future__ import annotations
 
 import contextlib
 
-from groupcoord.coordinator import classic, consumer, reconcile
+import numpy as np
+
+from groupcoord.assign import client as client_assign
+from groupcoord.coordinator import classic, connect, consumer, reconcile
+from groupcoord.coordinator.result import Result
 from groupcoord.coordinator.shard import Shard
 from groupcoord.runtime.shard_runtime import ShardRuntime
 
@@ -87,9 +100,43 @@ def no_timer_rearm():
     return _patched((Shard, "rearm", lambda self, now_ms: None))
 
 
+def fenced_removes_worker():
+    orig = connect._join_or_heartbeat
+
+    def join_or_heartbeat(g, req, ctx, cfg):
+        res = orig(g, req, ctx, cfg)
+        if res.response.error_code == int(connect.E.FENCED_MEMBER_EPOCH) \
+                and req.member_id in g.members:
+            # BUG (the seed's rule): the member is also removed from the group.
+            recs, timers = connect._remove(g, req.member_id, ctx.now_ms, cfg)
+            return Result(res.response, recs, timers)
+        return res
+    return _patched((connect, "_join_or_heartbeat", join_or_heartbeat))
+
+
+def stale_claims_given():
+    orig = client_assign.cooperative_sticky
+
+    def cooperative_sticky(ppt, sip, subs, oip, owned, generation, **kw):
+        r = orig(ppt, sip, subs, oip, owned, generation, **kw)
+        gen = np.asarray(generation)
+        top = gen.max() if gen.size else 0
+        current = np.zeros(r.final_owner.size, bool)     # units a top-generation member claims
+        for m in np.flatnonzero(gen == top):
+            u = np.asarray(owned[oip[m]:oip[m + 1]])
+            current[u[(u >= 0) & (u < current.size)]] = True
+        target = r.target_owner.copy()
+        free = (target == -1) & (r.final_owner >= 0) & ~current
+        target[free] = r.final_owner[free]             # BUG: stale claims withhold nothing
+        return client_assign.StickyResult(target, r.final_owner)
+    return _patched((client_assign, "cooperative_sticky", cooperative_sticky))
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
     "ack-before-fsync": ack_before_fsync,
     "no-timer-rearm": no_timer_rearm,
+    "fenced-removes-worker": fenced_removes_worker,
+    "stale-claims-given": stale_claims_given,
 }

@@ -9,8 +9,14 @@ drawn from the seed:
   stall). The member's waiting requests fail (None) when it notices (a short delay, or its
   request timeout); the request itself may still reach the node (a "ghost": processed, its
   answer never comes back);
-* duplication: a request is also delivered a second time, later, on a ghost connection of
-  its own (a client's retry of a request whose first copy was not lost after all);
+* duplication: a request is delivered twice when the client sent it twice: its connection
+  stalls and breaks before the answer, the client retries (it sees the call fail, as for a
+  loss), and the first copy still reaches the node, up to `dup_delay_ms` late -- possibly
+  after the retry and the member's newer requests. A request the client got its answer for
+  is never delivered again (TCP does not duplicate; clients retry only what failed: a second
+  copy of an answered request is not a failure mode of Kafka's clients, and for requests with
+  no idempotency key -- a static member's JoinGroup with an empty member id -- it would look
+  like a new incarnation replacing the member);
 * reordering across connections: after a member reconnects, ghosts and duplicates of its
   old requests can reach the node after its new ones;
 * partitions: a set of members is cut off from the node for a while (both directions;
@@ -174,15 +180,19 @@ class Network:
                 g = self._new_conn(conn.member, ghost=True)
                 self._schedule_arrival(g, 0, request, version, now + self._delay_us())
             return
-        at = max(now + self._delay_us(), conn.last_arrival_us + 1)
-        conn.last_arrival_us = at
-        self._schedule_arrival(conn, seq, request, version, at)
         if p.dup_p and r.random() < p.dup_p:
+            # A stalled connection: the client gives up on it and retries; the first copy
+            # arrives late (see the module docstring).
             self.duplicated += 1
+            self._break(conn, r.randint(1_000, 200_000))
             g = self._new_conn(conn.member, ghost=True)
             self._schedule_arrival(g, 0, request, version,
                                    now + int(r.random() * p.dup_delay_ms * 1000)
                                    + self._delay_us())
+            return
+        at = max(now + self._delay_us(), conn.last_arrival_us + 1)
+        conn.last_arrival_us = at
+        self._schedule_arrival(conn, seq, request, version, at)
 
     def _schedule_arrival(self, conn, seq, request, version, at_us: int) -> None:
         self.loop.call_at(at_us / 1e6, self._arrive, conn, seq, request, version)
