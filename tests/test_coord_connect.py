@@ -919,6 +919,35 @@ def test_static_member_temporary_leave_and_return(coord):
     assert r.error_code == E.FENCED_INSTANCE_ID
 
 
+def test_static_replacement_between_prepare_and_install(coord):
+    """The install lists the member ids the prepare handed out; a static member replaced in
+    between (found by the simulation, seed 100331) gets the old id's entry, and nothing is
+    left assigned twice or not at all."""
+    h, w = stable_pair(coord, w2_instance="i2")
+    g = h.shard.group("g")
+    # New work: a bump, W1 is chosen and prepares with W1 and W2.
+    r = h.send(hb("W1", 2, config=cfg_state({"A": 3, "B": 1}, offset=3)))
+    assert r.error_code == E.COMPUTE_ASSIGNMENT
+    p = w.prepare("W1", 2)
+    assert [x.member_id for x in p.members] == ["W1", "W2"]
+    # W2 bounces: leaves temporarily, W2b takes its instance id (no bump).
+    h.send(hb("W2", -2, instance_id="i2"))
+    assert h.send(hb("W2b", 0, instance_id="i2")).error_code == 0
+    assert g.epoch == 3 and g.prepared.member_ids == ("W1", "W2b")
+    plan = [install_member("W1", ["AC0", "AT1", "AT2", "AT3"]),
+            install_member("W2", ["BC0", "BT1"])]
+    assert w.install("W1", 2, members=plan).error_code == 0
+    tgt = state(h)["target"]
+    assert tgt == {"W1": ["AC0", "AT1", "AT2", "AT3"], "W2b": ["BC0", "BT1"]}
+    # Listing both the old and the new id is one worker listed twice.
+    r = h.send(hb("W1", 2, config=cfg_state({"A": 3, "B": 2}, offset=4)))
+    p = w.prepare("W1", 3)
+    plan = [install_member("W1", ["AC0", "AT1", "AT2", "AT3"]),
+            install_member("W2b", ["BC0", "BT1"]), install_member("W2b", ["BT2"])]
+    r = w.install("W1", 3, members=plan)
+    assert r.error_code == E.INVALID_ASSIGNMENT and "listed twice" in r.error_message
+
+
 def test_static_member_that_does_not_return_expires(coord):
     h, w = stable_pair(coord, w2_instance="i2", connect_session_timeout_ms=10_000)
     h.send(hb("W2", -2, instance_id="i2"))

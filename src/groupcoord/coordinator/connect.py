@@ -83,6 +83,15 @@ class Prepared(Volatile, frozen=True, gc=False):
     member_ids: tuple
     connectors: tuple            # ((name, task count), ...) sorted by name
     assignor: str
+    # Static members replaced since the prepare, ((old id, new id), ...): the new member took
+    # over the old one's target, so the install's entry for the old id is the new one's.
+    renamed: tuple = ()
+
+    def current_id(self, member_id: str) -> str:
+        for old, new in self.renamed:
+            if member_id == old:
+                member_id = new
+        return member_id
 
 
 class ConnectGroup(Group):
@@ -727,6 +736,15 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
     target = g.target.get(replaced if replaced is not None else mid, NO_TARGET)
     if replaced is not None and replaced in g.target:
         recs.append(_rec_target(g, mid, target))
+    p = g.prepared
+    if replaced is not None and p is not None and replaced in p.member_ids:
+        # A computation is in flight with the old id in its member list: its install must
+        # give the old id's target to the replacement (else the replacement kept its old
+        # target next to a new one that moved those units: units twice, others nowhere).
+        recs.append(Prepared(
+            group_id=gid, epoch=p.epoch, connectors=p.connectors, assignor=p.assignor,
+            member_ids=tuple(sorted(mid if x == replaced else x for x in p.member_ids)),
+            renamed=p.renamed + ((replaced, mid),)))
 
     timers = [(TimerKey(SESSION, gid, mid), now + cfg.connect_session_timeout_ms)]
     if replaced is not None:
@@ -904,11 +922,12 @@ def _violations(req, p: Prepared) -> list:
     members, seen, problems = set(p.member_ids), set(), []
     indptr, units, who = [0], [], []
     for mem in req.members:
-        if mem.member_id not in members:
+        mid = p.current_id(mem.member_id)
+        if mid not in members:
             problems.append("%r is not a worker of group epoch %d" % (mem.member_id, p.epoch))
-        elif mem.member_id in seen:
+        elif mid in seen:
             problems.append("worker %s is listed twice" % mem.member_id)
-        seen.add(mem.member_id)
+        seen.add(mid)
         ct = mem.connectors_and_tasks
         for name in ct.connectors:
             if name in layout:
@@ -965,7 +984,7 @@ def _install(shard, req, ctx) -> Result:
         more = len(problems) - 5
         return _install_error(E.INVALID_ASSIGNMENT, "invalid assignment: " + "; ".join(
             problems[:5]) + (" (and %d more)" % more if more > 0 else ""))
-    listed = {mem.member_id: mem for mem in req.members}
+    listed = {p.current_id(mem.member_id): mem for mem in req.members}
     recs = []
     for mid in sorted(g.members):
         mem = listed.get(mid)
