@@ -36,8 +36,9 @@ def run(request):
 def make(tmp_path, shards=4, **kw):
     # Assignment batching off: these tests check durability and restarts of exact sequences.
     shard_config = kw.pop("shard_config", ShardConfig(consumer_assignment_interval_ms=0))
+    topics = kw.pop("topics", TOPICS)
     return Coordinator(RuntimeConfig(data_dir=str(tmp_path), shards=shards,
-                                     shard_config=shard_config, **kw), topics=TOPICS)
+                                     shard_config=shard_config, **kw), topics=topics)
 
 
 def cg_hb(group, member, epoch, topics=("orders",), **kw):
@@ -421,6 +422,27 @@ def test_set_topics_reaches_every_shard(run, tmp_path):
         return st
     st = run(go())
     assert len(st["m1"][1]) == 4
+
+
+def test_catalog_changed_while_no_shard_was_live_bumps_on_load(run, tmp_path):
+    """A topic change nobody saw (the shard was down or failed) is found when the shard
+    loads: the group's persisted subscription metadata is compared with the catalog (found
+    by the simulation, seed 101457: new partitions were never assigned)."""
+    async def go():
+        c = make(tmp_path, shards=1)
+        await c.start()
+        st = await converge(c, "cg", ["m1"], ("newtopic",))
+        await c.close()
+        epoch, parts = st["m1"]
+        assert parts == []
+        c = make(tmp_path, shards=1, topics=TOPICS.with_topics(("newtopic", 4)))
+        await c.start()
+        r = await c.submit(cg_hb("cg", "m1", epoch, ("newtopic",), topic_partitions=[]), 1)
+        await c.close()
+        return epoch, r
+    epoch, r = run(go())
+    assert r.error_code == 0 and r.member_epoch == epoch + 1
+    assert len(assigned(r)) == 4
 
 
 def test_unload_and_load_one_shard(run, tmp_path):

@@ -623,6 +623,7 @@ class ClassicSim(SimMember):
             self.name, sm.generation, out2.kind, resp.error_code))
         if out2.kind == cst.ASSIGNED:
             self.extend_lease(sent)
+            fences = self.self_fences
             plan = self.proto.plan_sync(out2.assignment)
             if plan.revoked:
                 await self._commit_once(self._commit_request,
@@ -635,6 +636,11 @@ class ClassicSim(SimMember):
                     self.self_fence("answer after the lease ended")
                     return
                 await self.callback_time()
+            if self.self_fences != fences:
+                # The lease ended during a callback: the member dropped everything (lost) and
+                # rejoins; installing this assignment now would claim partitions it does
+                # not run, and the sticky leader would keep them with it for ever.
+                return
             self.proto.installed(plan, sm.generation)
             await self._fetch_positions(self._fetch_request, plan.assigned)
             if plan.rejoin:
