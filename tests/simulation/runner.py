@@ -46,13 +46,8 @@ from tests.simulation.invariants import Checker, ErrorLogWatcher, InvariantViola
 from tests.simulation.members import ClassicSim, ConnectSim, ConsumerSim
 from tests.simulation.network import NetParams, Network
 
-__all__ = ["Options", "SeedResult", "run_seed", "replay_command", "HASH_SEED",
-           "KNOWN_BUGS"]
+__all__ = ["Options", "SeedResult", "run_seed", "replay_command", "HASH_SEED"]
 
-# Bugs found by the simulator and not fixed yet (docs/simulation.md, Findings): a failure
-# one of them causes is prefixed "[known: NAME]" (Sim.known_bug_members), and the CI swarm
-# test accepts only such failures. None is open today.
-KNOWN_BUGS: tuple = ()
 
 # The runner command fixes PYTHONHASHSEED to this (see __main__._fixed_hash_seed).
 HASH_SEED = "0"
@@ -358,7 +353,6 @@ class Sim:
         self.injector = FaultInjector(self, self.mix)
         self._tasks: list = []
         self._ids = 0
-        self.known_bug_members: dict = {}   # member name -> finding that hit it
 
     # ---------------------------------------------------------------- services
     def trace(self, kind: str, text: str) -> None:
@@ -367,11 +361,6 @@ class Sim:
         self.digest = zlib.crc32(line.encode(), self.digest)
 
     def fail(self, msg: str) -> None:
-        if msg.startswith("exclusive:"):
-            for n, bug in sorted(self.known_bug_members.items()):
-                if (" run by %s " % n) in msg:
-                    msg = "[known: %s] %s" % (bug, msg)
-                    break
         if self.failure is None:
             self.failure = msg
             self.trace("FAIL", msg)

@@ -15,7 +15,6 @@ import pytest
 
 import groupcoord
 
-from tests.simulation.runner import KNOWN_BUGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(groupcoord.__file__)))
@@ -42,17 +41,14 @@ def _failures(out: str) -> list:
     return re.findall(r"^  failed: seed (\d+): (.*)$", out, re.M)
 
 
-def test_short_swarm_run_has_no_unexplained_failure():
-    """A few hundred seeds, each with its own fault mix. A failure is accepted only when the
-    simulator attributed it to one of the named findings (KNOWN_BUGS, reported in
-    docs/simulation.md, each reproduced by an xfail test below)."""
+def test_short_swarm_run_has_no_failure():
+    """A few hundred seeds, each with its own fault mix: no invariant is ever violated."""
     code, out = _run("--seeds", str(SHORT_SEEDS), "--jobs", "2", "--max-failures", "1000")
     assert re.search(r"^%d seeds" % SHORT_SEEDS, out, re.M), out[-3000:]
-    unexplained = [(s, f) for s, f in _failures(out)
-                   if not any(f.startswith("[known: %s]" % b) for b in KNOWN_BUGS)]
-    assert not unexplained, "\n".join(
+    failures = _failures(out)
+    assert code == 0 and not failures, "\n".join(
         "seed %s: %s\n  replay: python -m tests.simulation --seed %s --trace" % (s, f, s)
-        for s, f in unexplained)
+        for s, f in failures)
 
 
 def test_a_seed_replays_exactly():
@@ -82,10 +78,8 @@ def test_liveness_mutation_is_found(name):
 
 
 # ---------------------------------------------------------------------- findings
-# Coordinator / SDK bugs the simulator found, not fixed in this change (src/groupcoord/
-# coordinator is the lead's). Each test replays the seed that shows it and asserts the seed
-# passes: xfail(strict=True) until the bug is fixed, then XPASS fails the suite so the
-# marker (and the KNOWN_BUGS entry) get removed.
+# Bugs the simulator found, fixed (docs/simulation.md, Findings): each test replays a seed
+# that showed the bug (verified failing on the code before the fix) and asserts it passes.
 @pytest.mark.parametrize("seed", ["185", "117", "194"])
 def test_fixed_connect_stale_epoch_does_not_remove_the_worker(seed):
     """Finding 1, fixed: a late copy of a connect heartbeat at an old epoch is fenced without
