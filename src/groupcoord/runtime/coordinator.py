@@ -34,7 +34,7 @@ from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
 
-__all__ = ["Coordinator", "shard_for", "java_string_hash", "GROUP_APIS"]
+__all__ = ["Coordinator", "ShardLoadError", "shard_for", "java_string_hash", "GROUP_APIS"]
 
 log = logging.getLogger("groupcoord.runtime")
 
@@ -43,6 +43,11 @@ SINGLE_GROUP_APIS = (8, 11, 12, 13, 14, 68, 10000, 10001, 10002)
 MULTI_GROUP_APIS = (9, 15, 16, 69, 10003)
 GROUP_APIS = frozenset(SINGLE_GROUP_APIS + MULTI_GROUP_APIS)
 _SINGLE = frozenset(SINGLE_GROUP_APIS)
+
+
+class ShardLoadError(RuntimeError):
+    """A shard could not load for a reason other than a corrupt log (which only fails that
+    shard): the node does not start."""
 
 
 def java_string_hash(s: str) -> int:
@@ -99,21 +104,31 @@ class Coordinator:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, shards=None) -> None:
-        """Load the given shards (default: all) concurrently; returns when they are ACTIVE.
-        A shard that cannot load (a corrupt log) raises here, naming its directory."""
+        """Load the given shards (default: all) concurrently; returns when each is ACTIVE or,
+        if its log is corrupt, FAILED (``failed_shards()``: its groups get
+        COORDINATOR_NOT_AVAILABLE, the other shards serve; the shard logged one line). Any
+        other load error (an OSError, a bug) raises ShardLoadError naming the shard."""
         os.makedirs(self.config.data_dir, exist_ok=True)
         t0 = time.perf_counter()
         todo = [self.shards[i] for i in (range(self._n) if shards is None else shards)]
         results = await asyncio.gather(*(s.load() for s in todo), return_exceptions=True)
-        errors = [(s, r) for s, r in zip(todo, results) if isinstance(r, BaseException)]
+        errors = [(s, r) for s, r in zip(todo, results)
+                  if isinstance(r, BaseException) and s.corrupt is None]
         if errors:
             s, exc = errors[0]
             await self.close()
-            raise RuntimeError("shard %d (%s) failed to load: %s"
-                               % (s.index, s.directory, exc)) from exc
-        records = sum(getattr(s.load_stats, "records_read", 0) for s in todo)
-        log.info("loaded %d shard(s) from %s: %d records in %.2f s", len(todo),
+            raise ShardLoadError("shard %d (%s) failed to load: %s"
+                                 % (s.index, s.directory, exc)) from exc
+        failed = [s for s in todo if s.corrupt is not None]
+        records = sum(getattr(s.load_stats, "records_read", 0) for s in todo
+                      if s.corrupt is None)
+        log.info("loaded %d shard(s) from %s: %d records in %.2f s", len(todo) - len(failed),
                  self.config.data_dir, records, time.perf_counter() - t0)
+        if failed:
+            log.error("%d of %d shard(s) not serving, their logs are corrupt (each named "
+                      "above): %s; `groupcoord log verify %s` lists every problem",
+                      len(failed), len(todo), ", ".join(str(s.index) for s in failed),
+                      self.config.data_dir)
 
     async def load_shard(self, index: int) -> None:
         await self.shards[index].load()
@@ -207,6 +222,10 @@ class Coordinator:
 
     def active(self) -> bool:
         return all(s.state is ShardState.ACTIVE for s in self.shards)
+
+    def failed_shards(self) -> dict:
+        """index -> the corruption that keeps that shard FAILED (see ``start``)."""
+        return {s.index: s.corrupt for s in self.shards if s.corrupt is not None}
 
 
 def _in_order(names, resps) -> list:

@@ -86,6 +86,30 @@ class FileOps:
 OS_FILE_OPS = FileOps()
 
 
+def write_file_durably(ops: FileOps, path: str, data: bytes) -> None:
+    """Create or truncate ``path``, write all of ``data`` and fsync it (OSError on failure;
+    the caller renames it into place and fsyncs the directory)."""
+    fd = ops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += ops.write(fd, view[done:])
+        ops.fsync(fd)
+    finally:
+        ops.close(fd)
+
+
+def _close_quietly(ops: FileOps, fd: int) -> None:
+    # A read descriptor's close error says nothing about data (Linux releases the
+    # descriptor anyway), and this often runs from the garbage collector, where an exception
+    # would only be printed.
+    try:
+        ops.close(fd)
+    except OSError:
+        pass
+
+
 def segment_name(base_offset: int) -> str:
     return "%020d%s" % (base_offset, SUFFIX)
 
@@ -141,7 +165,7 @@ class Segment:
     def fd(self) -> int:
         if self._fd is None:
             self._fd = self.ops.open(self.path, os.O_RDONLY)
-            self._finalizer = weakref.finalize(self, self.ops.close, self._fd)
+            self._finalizer = weakref.finalize(self, _close_quietly, self.ops, self._fd)
         return self._fd
 
     def close(self) -> None:
