@@ -752,7 +752,8 @@ def test_recovery_replays_and_rearms_then_continues(coord):
     assert dict(fresh.timers.items()) == {
         TimerKey("consumer-session", "g", "a"): 50_000,
         TimerKey("consumer-session", "g", "b"): 50_000,
-        TimerKey("consumer-revocation", "g", "a"): 35_000}
+        TimerKey("consumer-revocation", "g", "a"): 35_000,
+        TimerKey("offsets-retention", ""): 5000 + 600_000}      # the shard's retention check
     # Continue on the recovered shard.
     h2 = coord(topics=TOPICS, now=5000, config=ShardConfig(**NO_BATCH))
     h2.shard, h2.log = fresh, list(h.log)

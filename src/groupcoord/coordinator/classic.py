@@ -32,7 +32,10 @@ Unknown groups are described as Dead by the shard.
 * CompletingRebalance: followers' SyncGroups park (kind "sync") until the leader's SyncGroup,
   whose assignments are written as ONE GroupMetadataValue record; the parked syncs are answered
   in the same Result. A member that has not sent SyncGroup within the rebalance timeout after
-  the join completed is removed (Kafka's pending-sync timeout), in Stable as well.
+  the join completed is removed (Kafka's pending-sync timeout), in Stable as well. A record
+  that cannot be written (over message.max.bytes: 40 members with 1 MiB of metadata each)
+  fails the generation as Kafka's failed append does: the leader and the parked syncs get
+  UNKNOWN_SERVER_ERROR and the group rebalances.
 * Durable state is the last GroupMetadataValue. Everything else (who joined, parked requests,
   pending members, barrier deadline) is in-memory and changed by the Volatile events below, so
   recovery gives a Stable group at the recorded generation (Empty if it has no members).
@@ -42,18 +45,22 @@ Handlers never mutate: each works on a draft copy of its group (``_Tx``), applyi
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import msgspec
 
-from groupcoord.coordinator import ids
+from groupcoord.coordinator import ids, limits
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import EMPTY, ParkKey, RequestContext, Result, TimerKey, \
     Volatile
+from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
+
+log = logging.getLogger("groupcoord.coordinator")
 
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ClassicGroup", "new_empty_group",
            "check_member", "EMPTY_STATE", "PREPARING", "COMPLETING", "STABLE", "DEAD",
@@ -222,6 +229,33 @@ class ClassicGroup(Group):
             rt = max(mb.rebalance_timeout for mb in self.members.values())
             ops.append((TimerKey(SYNC, self.group_id), now_ms + rt))
         return ops
+
+    # ---- offsets retention and group expiry (offsets.py)
+    def empty_since(self) -> int:
+        # The record of the group going Empty carries when (Kafka's currentStateTimestamp);
+        # the live, volatile state timestamp would not survive a restart.
+        r = self.last_record
+        return r.current_state_timestamp if r is not None and not r.members else -1
+
+    def subscribed_topics(self):
+        # Kafka's rule: only a Stable group of the "consumer" protocol type whose members'
+        # subscriptions all parse says which topics it subscribes to.
+        if self.state != STABLE or self._ptype != "consumer" or self.protocol is None:
+            return None
+        topics = set()
+        for mb in self.members.values():
+            try:
+                topics.update(embedded.decode_subscription(mb.metadata(self.protocol))[1].topics)
+            except ValueError:               # the codec's DecodeError: not a subscription
+                return None
+        return topics
+
+    def deletion(self) -> Optional[tuple]:
+        if self.pending:
+            return None              # a MEMBER_ID_REQUIRED join is on its way: not idle
+        gid = self.group_id
+        return ([_record(self, None)],
+                [(TimerKey(JOIN, gid), None), (TimerKey(SYNC, gid), None)])
 
     def snapshot(self, durable: bool):
         if durable:
@@ -625,6 +659,19 @@ def _record(g: ClassicGroup, value) -> Record:
     return Record(m.GroupMetadataKey(group=g.group_id), value)
 
 
+def _unwritable(record: Record, limit: int) -> Optional[str]:
+    """Why ``record`` cannot be written (a field over its size, or the record over
+    message.max.bytes), or None."""
+    try:
+        size = limits.BATCH_OVERHEAD + limits.record_size(record)
+    except ValueError as exc:               # the codec's EncodeError
+        return str(exc)
+    if size > limit:
+        return ("its GroupMetadata record of %d bytes (every member's metadata and "
+                "assignment) exceeds message.max.bytes %d" % (size, limit))
+    return None
+
+
 # -------------------------------------------------------------- rebalance machinery
 def _select_protocol(members) -> str:
     """Each member votes for its most preferred protocol that every member supports; most
@@ -642,16 +689,15 @@ def _select_protocol(members) -> str:
     return min(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def _prepare(tx: _Tx) -> None:
+def _prepare(tx: _Tx, sync_error: int = E.REBALANCE_IN_PROGRESS) -> None:
     """Start a rebalance (no-op in PreparingRebalance). Parked syncs are answered
-    REBALANCE_IN_PROGRESS: their generation will never be stored."""
+    ``sync_error``: their generation will never be stored."""
     g = tx.g
     if g.state == PREPARING:
         return
     answered = [mid for mid, mb in g.members.items() if mb.sync_parked]
     for mid in answered:
-        tx.answer(mid, "sync",
-                  _sync_response(g, g.members[mid].sync_version, E.REBALANCE_IN_PROGRESS))
+        tx.answer(mid, "sync", _sync_response(g, g.members[mid].sync_version, sync_error))
     rt = max((mb.rebalance_timeout for mb in g.members.values()), default=0)
     delay = tx.shard.config.group_initial_rebalance_delay_ms
     if g.state == EMPTY_STATE and delay > 0:
@@ -922,10 +968,22 @@ def handle_sync(shard, req: m.SyncGroupRequest, ctx: RequestContext) -> Result:
     # The leader's assignments complete the generation: one record, every parked sync
     # answered in the same Result (the runtime releases them once the record is durable).
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    record = _record(tx.g, _group_value(tx.g, ctx.now_ms, assignments))
+    too_large = _unwritable(record, shard.config.message_max_bytes)
+    if too_large:
+        # Kafka's classic coordinator when the GroupMetadata append fails: every member
+        # waiting for its assignment and the leader get the error (RecordTooLargeException
+        # maps to UNKNOWN_SERVER_ERROR) and the group rebalances; nothing is written.
+        log.warning("group %s: generation %d not stored: %s; members get "
+                    "UNKNOWN_SERVER_ERROR and the group rebalances", gid[:256], g.generation,
+                    too_large)
+        _prepare(tx, E.UNKNOWN_SERVER_ERROR)
+        tx.session(mid)
+        return tx.result(_sync_response(tx.g, v, E.UNKNOWN_SERVER_ERROR))
     tx.emit(SyncReceived(gid, mid, False, v))
     d = tx.g
     parked = [(mb.member_id, mb.sync_version) for mb in d.members.values() if mb.sync_parked]
-    tx.emit(_record(d, _group_value(d, ctx.now_ms, assignments)))
+    tx.emit(record)
     for pid, pv in parked:
         tx.answer(pid, "sync", _sync_response(d, pv, 0, d.members[pid].assignment))
         tx.session(pid)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["ShardConfig"]
+__all__ = ["ShardConfig", "KAFKA_UNITS"]
+
+# Fields Kafka sets in another unit, under another name: field -> (Kafka's name, ms per unit).
+KAFKA_UNITS = {"offsets_retention_ms": ("offsets.retention.minutes", 60_000)}
 
 
 class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,5 +31,42 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     connect_session_timeout_ms: int = 45_000
     connect_heartbeat_interval_ms: int = 3_000
     connect_max_size: int = 2**31 - 1
-    # offsets
+    # offsets retention (offsets.py): Kafka's offsets.retention.minutes (7 days; set in
+    # minutes under that name, in ms under this field's name) and
+    # offsets.retention.check.interval.ms (10 min)
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096          # Kafka's offset.metadata.max.bytes
+    # Limits on what one request may make a shard store (coordinator/limits.py).
+    # Kafka's message.max.bytes (1 MiB + 12): the largest record a write may produce, and the
+    # largest batch of records one OffsetCommit may produce.
+    message_max_bytes: int = 1_048_588
+    # Groups one shard holds; a request that would create one more is refused (this
+    # project's; Kafka has no such bound).
+    shard_max_groups: int = 100_000
+    # Bytes (UTF-8) of a group id, member id, instance id, client id and host, rack, assignor,
+    # protocol and connector name, worker URL, subscription regex (this project's; Kafka
+    # bounds none of them, a record field holds 32,767).
+    name_max_bytes: int = 1024
+
+    def __post_init__(self):
+        if not 1 <= self.name_max_bytes <= NAME_MAX_BYTES_CEILING:
+            raise ValueError("name.max.bytes must be 1..%d (a record field holds 32,767 bytes "
+                             "and a classic member id adds 37 to the client id)"
+                             % NAME_MAX_BYTES_CEILING)
+        for f in ("message_max_bytes", "shard_max_groups"):
+            if getattr(self, f) < 0:
+                raise ValueError("%s must be >= 0" % f.replace("_", "."))
+        if self.offsets_retention_ms < 1:
+            raise ValueError("offsets.retention.minutes must be >= 1 (offsets_retention_ms "
+                             ">= 1 ms)")
+        if self.offsets_retention_check_interval_ms < 1:
+            raise ValueError("offsets.retention.check.interval.ms must be >= 1")
+        if not 0 <= self.offset_metadata_max_bytes <= 32_767:
+            raise ValueError("offset.metadata.max.bytes must be 0..32767 (what the metadata "
+                             "field of an offset record holds)")
+
+
+# Keeps every bounded string (and a classic member id: client id + "-" + a UUID) within the
+# int16 length of a record's string field.
+NAME_MAX_BYTES_CEILING = 16_384

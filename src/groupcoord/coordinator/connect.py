@@ -48,7 +48,8 @@ from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["ConnectGroup", "API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ChooseWorker",
-           "Prepared", "select_assignor", "SESSION", "REVOCATION", "ASSIGNMENT", "DELAYED"]
+           "Prepared", "Unconfirmed", "select_assignor", "SESSION", "REVOCATION", "ASSIGNMENT",
+           "DELAYED"]
 
 SESSION = "connect-session"          # per member: heartbeat deadline
 REVOCATION = "connect-revocation"    # per member: must revoke before its rebalance timeout
@@ -94,6 +95,14 @@ class Prepared(Volatile, frozen=True, gc=False):
         return member_id
 
 
+class Unconfirmed(Volatile, frozen=True, gc=False):
+    """A worker was answered an assignment it has not confirmed yet (unconfirmed=True), or it
+    has now reported exactly its assignment as owned (False). See _join_or_heartbeat."""
+    group_id: str
+    member_id: str
+    unconfirmed: bool
+
+
 class ConnectGroup(Group):
     TYPE = "connect"
 
@@ -119,6 +128,7 @@ class ConnectGroup(Group):
         self.computing: Optional[str] = None
         self.leader: Optional[str] = None
         self.prepared: Optional[Prepared] = None
+        self.unconfirmed: set = set()   # member ids (see Unconfirmed)
 
     # ---- units: (connector index, 0) is the connector, (index, task + 1) a task
     def register(self, name: str) -> int:
@@ -231,11 +241,23 @@ class ConnectGroup(Group):
                                 self.assignor_state, self.rebalance_deadline_ms),
                 "config": (self.config_offset, tuple(sorted(self.connectors.items())))}
         if not durable:
-            snap["volatile"] = (self.computing, self.leader, self.prepared)
+            snap["volatile"] = (self.computing, self.leader, self.prepared,
+                                frozenset(self.unconfirmed))
         return snap
 
     def held_units(self):
         return {mid: a.held for mid, a in self.current.items()}
+
+    def deletion(self) -> tuple:
+        # What an empty group still keeps, the epoch last (its replay drops the group), as
+        # migration_connect's downgrade deletes one.
+        gid = self.group_id
+        recs = [_rec_current(self, mid, None) for mid in self.current]
+        recs += [_rec_target(self, mid, None) for mid in self.target]
+        recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]
+        return recs, [(TimerKey(ASSIGNMENT, gid), None), (TimerKey(DELAYED, gid), None)]
 
 
 # ----------------------------------------------------------------------------- records
@@ -624,7 +646,8 @@ def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
     cur = g.current.get(mid)
     if cur is None or cur.epoch != req.member_epoch or cur.state != rc.STABLE \
             or cur.epoch != g.target_epoch or g.computing == mid \
-            or (g.computing is not None) != (g.epoch > g.target_epoch):
+            or (g.computing is not None) != (g.epoch > g.target_epoch) \
+            or mid in g.unconfirmed:
         return None
     meta = g.members[mid]
     if meta.client_id != ctx.client_id or meta.client_host != ctx.client_host:
@@ -772,11 +795,14 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
 
     # ---- reconciliation
     holders = g.holders if replaced is None else _Alias(g.holders, replaced, mid)
-    nxt = rc.next_assignment(cur, g.target_epoch, target.units, owned, holders, mid)
+    acks = _acknowledging(req, meta, owned)
+    nxt = rc.next_assignment(cur, g.target_epoch, target.units, acks, holders, mid)
     if nxt != cur or new_member:
         recs.append(_rec_current(g, mid, nxt))
     rkey = TimerKey(REVOCATION, gid, mid)
-    if nxt.state == rc.UNREVOKED and (cur.state != rc.UNREVOKED or new_member):
+    if nxt.state == rc.UNREVOKED and (cur.state != rc.UNREVOKED or req.member_epoch == 0):
+        # (Re)armed by a join or rejoin too: a rejoin cannot acknowledge (_acknowledging) and
+        # a return from a temporary leave had its timer cancelled.
         timers.append((rkey, now + new_meta.rebalance_timeout_ms))
     elif cur.state == rc.UNREVOKED and nxt.state != rc.UNREVOKED:
         timers.append((rkey, None))
@@ -788,11 +814,28 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
     if chosen == mid:
         resp.error_code = int(E.COMPUTE_ASSIGNMENT)
         resp.error_message = "compute the target assignment for group epoch %d" % epoch
-    # As consumer.heartbeat_response: also repeated while a revocation is pending.
+    # As consumer.heartbeat_response: also repeated while a revocation is pending, and (ours)
+    # until the worker confirms it by reporting exactly that work as owned. The answer that
+    # carried a change may have gone to a late copy of a request (the worker's retry already
+    # answered, so it sees no failure and sends no full heartbeat): its later heartbeats omit
+    # their owned set and it would never hear of work given to it (simulation, seed 502670).
+    confirmed = owned == nxt.assigned
+    repeat = mid in g.unconfirmed
     if req.member_epoch == 0 or nxt.assigned != cur.assigned or nxt.state == rc.UNREVOKED or \
-            (owned is not None and owned != nxt.assigned):
+            ((owned is not None or repeat) and not confirmed):
         resp.assignment = _response_assignment(g, nxt.assigned, target)
+    unconfirmed = resp.assignment is not None and not confirmed
+    if unconfirmed != repeat:
+        recs.append(Unconfirmed(group_id=gid, member_id=mid, unconfirmed=unconfirmed))
     return Result(resp, tuple(recs) + events, tuple(timers))
+
+
+def _acknowledging(req, meta, owned):
+    """The owned set that may acknowledge a pending revocation. Not that of an epoch-0
+    heartbeat of a worker the group knows: a rejoin, or a late copy of its first join whose
+    set predates work given to it since (the late copy released work its worker still ran:
+    simulation, seeds 209968, 211303). The worker's next heartbeat at its epoch acknowledges."""
+    return owned if req.member_epoch != 0 or meta is None else None
 
 
 def _member_meta(req, ctx, base):
@@ -1104,6 +1147,8 @@ def _replay_epoch(shard, key, value):
 def _replay_member(shard, key, value):
     g = _group(shard, key.group_id)
     old = g.members.pop(key.member_id, None)
+    if value is None:
+        g.unconfirmed.discard(key.member_id)
     if old is not None and old.instance_id is not None \
             and g.static.get(old.instance_id) == key.member_id:
         del g.static[old.instance_id]
@@ -1174,6 +1219,15 @@ def _replay_prepared(shard, ev, _):
         g.prepared = ev
 
 
+def _replay_unconfirmed(shard, ev, _):
+    g = shard.groups.get(ev.group_id)
+    if isinstance(g, ConnectGroup):
+        if ev.unconfirmed:
+            g.unconfirmed.add(ev.member_id)
+        else:
+            g.unconfirmed.discard(ev.member_id)
+
+
 API_HANDLERS = {10000: _heartbeat, 10001: _prepare, 10002: _install, 10003: _describe}
 REPLAYERS = {
     RT.CONNECT_WORKER_GROUP_METADATA: _replay_epoch,
@@ -1184,6 +1238,7 @@ REPLAYERS = {
     RT.CONNECT_WORKER_GROUP_CURRENT_MEMBER_ASSIGNMENT: _replay_current,
     ChooseWorker: _replay_choose,
     Prepared: _replay_prepared,
+    Unconfirmed: _replay_unconfirmed,
 }
 TIMER_KINDS = {SESSION: _session_expired, REVOCATION: _revocation_expired,
                ASSIGNMENT: _assignment_expired, DELAYED: _delayed_rebalance}

@@ -264,6 +264,43 @@ class ConsumerGroup(Group):
         return _preferred_assignor([mem.meta for mem in self.members.values()],
                                    self.assignor_names, self.default_assignor)
 
+    # ---- offsets retention and group expiry (offsets.py)
+    def subscribed_topics(self):
+        return _Subscribed(self)
+
+    def deletion(self) -> tuple:
+        # Kafka's tombstones of a consumer group, the epoch last (its replay drops the group).
+        gid = self.group_id
+        recs = [Record(m.ConsumerGroupTargetAssignmentMemberKey(gid, mid), None)
+                for mid in self.targets]
+        recs += [Record(m.ConsumerGroupTargetAssignmentMetadataKey(gid), None),
+                 Record(m.ConsumerGroupPartitionMetadataKey(gid), None),
+                 Record(m.ConsumerGroupMetadataKey(gid), None)]
+        return recs, [(_assignment_key(gid), None)]
+
+
+class _Subscribed:
+    """``topic in`` it: the group subscribes to the topic by name, through a catalog topic
+    its subscriptions resolved to, or by a member's regex (Kafka's subscribed topic names)."""
+    __slots__ = ("_g", "_rx")
+
+    def __init__(self, g: ConsumerGroup):
+        self._g = g
+        self._rx = None
+
+    def __contains__(self, topic: str) -> bool:
+        g = self._g
+        if topic in g.name_counts or topic in g.topic_meta:
+            return True
+        if not g.regex_counts:
+            return False
+        if self._rx is None:
+            try:
+                self._rx = [re.compile(rx) for rx in g.regex_counts]
+            except re.error:                 # checked on the way in; keep offsets if not
+                return True
+        return any(p.fullmatch(topic) for p in self._rx)
+
 
 def session_ms(meta, default: int) -> int:
     """A member's session timeout: its classic one if it uses the classic protocol."""

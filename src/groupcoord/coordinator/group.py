@@ -46,6 +46,24 @@ class Group(ABC):
         """ErrorCode value (0 = accept) for an OffsetFetch naming a member (v9+)."""
         return 0
 
+    # ---- offsets retention and group expiry (offsets.py)
+    def empty_since(self) -> int:
+        """When the group last became empty, as its records say; -1 when they do not (the
+        retention of an empty group's offsets then counts from their commit timestamp)."""
+        return -1
+
+    def subscribed_topics(self):
+        """For a group with members: a container of the topic names it subscribes to
+        (offsets of other topics expire from their commit timestamp), or None when it does not
+        say (its offsets are kept while it has members)."""
+        return None
+
+    def deletion(self) -> Optional[tuple]:
+        """(records, timer operations) that delete this group once it is empty: tombstones
+        of every record the group keeps, replayed in order; None while it must stay (and
+        for a group type that does not say how)."""
+        return None
+
     # ---- runtime and tests
     def rearm(self, now_ms: int) -> list:
         """Timer operations to re-create after loading from the log."""

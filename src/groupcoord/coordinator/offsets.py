@@ -10,23 +10,56 @@ check generation/member/instance (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_
 REBALANCE_IN_PROGRESS); consumer and connect groups check the member epoch
 (STALE_MEMBER_EPOCH). OffsetFetch v9 names a member and its epoch: checked the same way.
 
-Decisions: RetentionTimeMs (v2-4) is accepted and ignored: offsets live until deleted, which
-is what Kafka does since KIP-211 while the group is non-empty. This node stores no topic data,
-so commits are accepted for any topic name. RequireStable has no effect: there are no
+Limits (limits.py): a topic name must follow Kafka's topic rules (INVALID_TOPIC_EXCEPTION per
+partition: it is written in every record), metadata is at most offset.metadata.max.bytes
+(OFFSET_METADATA_TOO_LARGE), and the commit's records form one batch of at most
+message.max.bytes, or none is written (INVALID_COMMIT_OFFSET_SIZE, as Kafka maps a too large
+commit append); a commit too large by its partition count alone is refused before any
+per-partition work.
+
+Retention (Kafka 2.1+, KIP-211; docs/coordinator.md "Offsets retention and expiry of empty
+groups"). A periodic timer (``RETENTION``, every offsets.retention.check.interval.ms, armed by
+Shard.rearm after load and re-armed by each firing) sweeps the shard's groups:
+* a group without members (Empty) loses each offset whose retention
+  (offsets.retention.minutes) has passed, counted from the later of its commit timestamp and
+  the time the group became empty (Group.empty_since: a classic group's record says; when
+  unknown, the commit timestamp alone, as Kafka counts for consumer groups);
+* a group with members loses only offsets of topics it no longer subscribes to
+  (Group.subscribed_topics: consumer groups, and Stable classic groups of protocol type
+  "consumer" whose subscriptions parse), from their commit timestamp; every other group keeps
+  its offsets while it has members;
+* an offset committed with a RetentionTimeMs (OffsetCommit v2-4) carries an expire timestamp
+  (record value v1, as Kafka writes it) that replaces the two rules above, once the group's
+  state allows expiry at all (as Kafka does);
+* a group left empty and without offsets is deleted: the tombstones of its records
+  (Group.deletion), as Kafka's cleanupGroupMetadata does, for every group type.
+Expired offsets and deleted groups are records (tombstones), replayed like every other. One
+firing examines at most RETENTION_SCAN_MAX offsets and groups and expires at most
+RETENTION_EXPIRE_MAX offsets; an unfinished sweep continues RETENTION_CONTINUE_MS later from
+where it stopped (RetentionProgress, in memory: a restart starts a new sweep).
+
+Decisions: RetentionTimeMs (v2-4) is honoured as Kafka honours it (above); -1, the default
+every client we know sends, means the broker's retention. This node stores no topic data,
+so commits are accepted for any legal topic name. RequireStable has no effect: there are no
 transactional offsets here, so nothing is ever unstable.
 """
 from __future__ import annotations
 
+import logging
+from itertools import islice
+
+from groupcoord.coordinator import limits
 from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import RequestContext, Result
+from groupcoord.coordinator.result import RequestContext, Result, TimerKey, Volatile
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
-__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "MAX_METADATA_BYTES"]
+__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "RETENTION", "RetentionProgress",
+           "retention_timer", "RETENTION_SCAN_MAX", "RETENTION_EXPIRE_MAX",
+           "RETENTION_CONTINUE_MS"]
 
-# Kafka's offset.metadata.max.bytes default.
-MAX_METADATA_BYTES = 4096
+log = logging.getLogger("groupcoord.coordinator")
 
 
 # ---------------------------------------------------------------------------- OffsetCommit
@@ -44,31 +77,81 @@ def _commit_error(shard, req, ctx: RequestContext) -> int:
                                     req.generation_id_or_member_epoch, ctx.version)
 
 
+def _commit_too_large(req, limit: int) -> bool:
+    """Whether the commit's records cannot fit in one batch of ``limit`` bytes, from a lower
+    bound (each partition's record without its metadata) counted in O(topics): a commit of a
+    million partitions is refused before any per-partition work."""
+    gbytes = len(req.group_id.encode("utf-8", "surrogatepass"))
+    total = limits.BATCH_OVERHEAD
+    for t in req.topics:
+        per = limits.RECORD_OVERHEAD_MIN + _KEY_FIXED + gbytes + len(t.name) + _VALUE_MIN
+        total += per * len(t.partitions)
+        if total > limit:
+            return True
+    return False
+
+
+# OffsetCommitKey: type, group and topic lengths, partition; OffsetCommitValue (newest
+# version) with empty metadata.
+_KEY_FIXED = 2 + 2 + 2 + 4
+_VALUE_MIN = 24
+
+
 def handle_offset_commit(shard, req: m.OffsetCommitRequest, ctx: RequestContext) -> Result:
     err = int(_commit_error(shard, req, ctx))
+    cfg = shard.config
+    batch_max = cfg.message_max_bytes
+    if not err and _commit_too_large(req, batch_max):
+        err = int(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+    meta_max = cfg.offset_metadata_max_bytes
     topics = []
     records = []
+    size = limits.BATCH_OVERHEAD
     now = ctx.now_ms
+    gbytes = len(req.group_id.encode("utf-8", "surrogatepass"))
+    # KIP-211: a RetentionTimeMs other than -1 (v2-4 only) gives the offsets an expire
+    # timestamp, as Kafka's OffsetMetadataManager does.
+    rt = req.retention_time_ms if ctx.version <= 4 else -1
+    expire = -1 if rt == -1 else max(0, now + rt)
     for t in req.topics:
         parts = []
+        # A topic name is written in every record of the commit: Kafka's rules (ASCII, so
+        # its length is its size).
+        bad_topic = None if err else limits.validate_topic_name(t.name)
+        # A record's size but its metadata, an upper bound (varint lengths at their widest).
+        fixed = limits.RECORD_OVERHEAD_MAX + _KEY_FIXED + gbytes + len(t.name) + _VALUE_MIN + 2
         for p in t.partitions:
             code = err
             if not code:
                 meta = p.committed_metadata
-                if meta is not None and len(meta.encode()) > MAX_METADATA_BYTES:
+                mbytes = len(meta.encode("utf-8", "surrogatepass")) if meta else 0
+                if bad_topic is not None:
+                    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                elif mbytes > meta_max:
                     code = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 elif p.partition_index < 0:
                     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
+                    size += fixed + mbytes
                     records.append(Record(
                         m.OffsetCommitKey(group=req.group_id, topic=t.name,
                                           partition=p.partition_index),
                         m.OffsetCommitValue(offset=p.committed_offset,
                                             leader_epoch=p.committed_leader_epoch,
-                                            metadata=meta or "", commit_timestamp=now)))
+                                            metadata=meta or "", commit_timestamp=now,
+                                            expire_timestamp=expire)))
             parts.append(m.OffsetCommitResponsePartition(partition_index=p.partition_index,
                                                          error_code=int(code)))
         topics.append(m.OffsetCommitResponseTopic(name=t.name, partitions=parts))
+    if size > batch_max:
+        # One batch per commit, as Kafka appends it: all or nothing. Partitions refused for
+        # their own reason keep it (Kafka filters them out before the append).
+        too_large = int(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+        for t in topics:
+            for p in t.partitions:
+                if not p.error_code:
+                    p.error_code = too_large
+        return Result(m.OffsetCommitResponse(topics=topics))
     return Result(m.OffsetCommitResponse(topics=topics), tuple(records))
 
 
@@ -152,7 +235,113 @@ def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
     shard.offsets.setdefault(gid, {})[tp] = value
 
 
+# ------------------------------------------------------------------------------- retention
+RETENTION = "offsets-retention"          # the shard's one retention timer (group id "")
+# Bounds of one firing: the loop is held for a few ms at most (docs/coordinator.md), and a
+# shard of 250k offsets is swept in a few hundred firings RETENTION_CONTINUE_MS apart.
+RETENTION_SCAN_MAX = 10_000      # offsets and groups examined per firing
+RETENTION_EXPIRE_MAX = 1_000     # offsets expired per firing (plus the groups they free)
+RETENTION_CONTINUE_MS = 10       # when an unfinished sweep goes on
+
+
+class RetentionProgress(Volatile, frozen=True, gc=False):
+    """Where the running retention sweep stands: the groups it visits (the ids there were when
+    it started; later ones wait for the next sweep), the position of the next one, and the
+    position in that group's offsets. ``groups`` empty: no sweep is running."""
+    groups: tuple = ()
+    group_pos: int = 0
+    offset_pos: int = 0
+
+
+def retention_timer(now_ms: int, config) -> tuple:
+    """The timer operation arming the next sweep one check interval after ``now_ms``."""
+    return (TimerKey(RETENTION, ""), now_ms + config.offsets_retention_check_interval_ms)
+
+
+def _expiry_rule(g):
+    """-> (empty-since timestamp or -1, topics whose offsets stay), or None when the group
+    keeps all its offsets (it has members and does not say what it subscribes to)."""
+    if g.is_empty():
+        return g.empty_since(), ()
+    subscribed = g.subscribed_topics()
+    return None if subscribed is None else (-1, subscribed)
+
+
+def _expired(v: m.OffsetCommitValue, since: int, now: int, retention_ms: int) -> bool:
+    if v.expire_timestamp >= 0:                 # committed with a RetentionTimeMs
+        return now >= v.expire_timestamp
+    return now - max(since, v.commit_timestamp) >= retention_ms
+
+
+def _retention_check(shard, key: TimerKey, now: int) -> Result:
+    """One firing of the sweep (module docstring): offset tombstones, then the tombstones of
+    the groups they leave empty and without offsets."""
+    cfg = shard.config
+    retention = cfg.offsets_retention_ms
+    sweep = shard.retention_sweep
+    if sweep is None:
+        groups, gpos, opos = tuple(shard.groups), 0, 0
+    else:
+        groups, gpos, opos = sweep.groups, sweep.group_pos, sweep.offset_pos
+    scan, budget = RETENTION_SCAN_MAX, RETENTION_EXPIRE_MAX
+    records, timers = [], []
+    n_expired = n_deleted = 0
+    while gpos < len(groups) and scan > 0 and budget > 0:
+        gid = groups[gpos]
+        g = shard.groups.get(gid)
+        scan -= 1
+        if g is None:                           # deleted since the sweep started
+            gpos, opos = gpos + 1, 0
+            continue
+        committed = shard.offsets.get(gid)
+        n = len(committed) if committed else 0
+        expired = 0
+        rule = _expiry_rule(g) if n else None
+        if rule is None:
+            opos = n                            # none to examine, or all kept
+        else:
+            since, keep = rule
+            for (topic, part), v in islice(committed.items(), opos, None):
+                if scan <= 0 or budget <= 0:
+                    break
+                scan -= 1
+                opos += 1
+                if topic not in keep and _expired(v, since, now, retention):
+                    records.append(Record(m.OffsetCommitKey(group=gid, topic=topic,
+                                                            partition=part), None))
+                    expired += 1
+                    budget -= 1
+        n_expired += expired
+        if opos < n:
+            # Out of budget inside this group: the next firing resumes here, where the
+            # offsets expired now (all before this position) will be gone.
+            opos -= expired
+            break
+        if expired == n and g.is_empty():
+            deletion = g.deletion()
+            if deletion is not None:
+                records.extend(deletion[0])
+                timers.extend(deletion[1])
+                n_deleted += 1
+        gpos, opos = gpos + 1, 0
+    done = gpos >= len(groups)
+    if not (done and sweep is None):            # the sweep's position changed
+        records.append(RetentionProgress(() if done else groups, gpos, opos))
+    timers.append((key, now + (cfg.offsets_retention_check_interval_ms if done
+                               else RETENTION_CONTINUE_MS)))
+    if n_expired or n_deleted:
+        log.info("offsets retention: %d offset(s) expired, %d empty group(s) deleted (%d of %d "
+                 "groups swept%s)", n_expired, n_deleted, gpos, len(groups),
+                 "" if done else "; the sweep goes on")
+    return Result(None, tuple(records), tuple(timers))
+
+
+def _replay_progress(shard, ev: RetentionProgress, _value) -> None:
+    shard.retention_sweep = ev if ev.groups else None
+
+
 API_HANDLERS = {8: handle_offset_commit, 9: handle_offset_fetch}
 REPLAYERS = {RecordType.OFFSET_COMMIT: _replay_offset,
-             RecordType.LEGACY_OFFSET_COMMIT: _replay_offset}
-TIMER_KINDS: dict = {}
+             RecordType.LEGACY_OFFSET_COMMIT: _replay_offset,
+             RetentionProgress: _replay_progress}
+TIMER_KINDS = {RETENTION: _retention_check}

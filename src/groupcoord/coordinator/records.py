@@ -46,6 +46,9 @@ def encode_record(rec: Record, value_version: Optional[int] = None) -> tuple:
         raise TypeError("record type %s takes a %s value, got %s"
                         % (rtype.name, vname, type(rec.value).__name__))
     v = hi if value_version is None else value_version
+    if value_version is None and rtype is RecordType.OFFSET_COMMIT \
+            and rec.value.expire_timestamp >= 0:
+        v = 1       # an explicit expire timestamp: v1 is the only version holding it (Kafka's)
     return key, v.to_bytes(2, "big") + get_data_codec(vname, v).encode(rec.value)
 
 

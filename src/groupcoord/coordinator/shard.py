@@ -21,6 +21,7 @@ import importlib
 import logging
 from typing import Iterable, Optional
 
+from groupcoord.coordinator import limits, offsets
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import EMPTY, RequestContext, Result, TimerKey, Volatile
@@ -47,6 +48,7 @@ class Shard:
         self.groups: dict = {}          # group id -> Group
         self.offsets: dict = {}         # group id -> {(topic, partition): OffsetCommitValue}
         self.timers = Timers()
+        self.retention_sweep = None     # offsets.RetentionProgress of a running sweep
         self._handlers: dict = {15: _describe_groups, 16: _list_groups}
         self._replayers: dict = {}
         self._timer_kinds: dict = {}
@@ -66,8 +68,18 @@ class Shard:
         if fn is None:
             return Result(error_response(request, version, ErrorCode.UNSUPPORTED_VERSION,
                                          "this coordinator does not serve %s" % cls.__name__))
+        ctx = RequestContext(version, now_ms, client_id, client_host)
         try:
-            return fn(self, request, RequestContext(version, now_ms, client_id, client_host))
+            # Bounds first (limits.py): nothing a handler does is spent on a refused request.
+            refused = limits.check_request(self, request, ctx)
+            if refused is not None:
+                return refused
+            result = fn(self, request, ctx)
+            if cls.API_KEY in limits.GROUP_CREATING_APIS:
+                refused = limits.refuse_new_group(self, request, ctx, result)
+                if refused is not None:
+                    return refused
+            return result
         except Exception as exc:
             if self.strict:
                 raise
@@ -86,6 +98,12 @@ class Shard:
         except Exception:
             if self.strict:
                 raise
+            if key.kind == offsets.RETENTION:
+                # The periodic sweep must not die with one bad firing: start afresh later.
+                log.exception("offsets retention check failed; the next one starts a new "
+                              "sweep")
+                return Result(None, (offsets.RetentionProgress(),),
+                              (offsets.retention_timer(now_ms, self.config),))
             log.exception("timer %s failed; ignored", key)
             return EMPTY
 
@@ -127,9 +145,11 @@ class Shard:
             yield key
 
     def rearm(self, now_ms: int) -> None:
-        """After loading from the log: schedule every group's timers afresh."""
+        """After loading from the log: schedule every group's timers afresh, and the offsets
+        retention check one interval from now (as Kafka schedules it when a shard loads)."""
         for g in list(self.groups.values()):
             self.timers.apply(g.rearm(now_ms))
+        self.timers.apply((offsets.retention_timer(now_ms, self.config),))
 
     # ------------------------------------------------------------------ inspection
     def group(self, group_id: str):

@@ -33,8 +33,13 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Server-side assignor runs over at least this many partitions run in a worker thread
     # (unless shard_config sets its own consumer_assignor_offload_partitions).
     offload_partitions: int = 100_000
-    # A failed shard (log write error) reloads from its log after this pause.
+    # A failed shard (a log write, fsync or segment roll error) reloads from its log after
+    # reload_backoff_ms; each further failure with no successful write in between doubles
+    # the pause, up to reload_backoff_max_ms (or reload_backoff_ms if larger): a persistent
+    # fault such as a full disk then costs one reload per interval, not one per second. A
+    # failed compaction is retried on the same schedule.
     reload_backoff_ms: int = 1_000
+    reload_backoff_max_ms: int = 30_000
     shard_config: ShardConfig = ShardConfig()
 
     def __post_init__(self):
@@ -42,3 +47,5 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError("shards must be >= 1")
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError("fsync must be one of %s" % (FSYNC_POLICIES,))
+        if self.reload_backoff_ms < 0 or self.reload_backoff_max_ms < 0:
+            raise ValueError("reload_backoff_ms and reload_backoff_max_ms must be >= 0")

@@ -14,9 +14,18 @@ asked right after another's change). Writes are group-committed: appends made du
 loop iteration go out as one write + one fdatasync in an I/O thread while the loop goes on
 with the next requests, which form the next group commit.
 
-A failed write (LogFailedError) fails the shard: every request waiting on a write or parked
-is answered COORDINATOR_NOT_AVAILABLE, and the shard reloads from its log, which holds exactly
-what was acknowledged (the state in memory ran ahead of the log and is thrown away).
+Any failure in the flush path (a write, an fdatasync, a segment roll: any OSError, or a bug)
+fails the shard: every request waiting on a write or parked is answered
+COORDINATOR_NOT_AVAILABLE, the log is closed, and the shard reloads from its log, which holds
+exactly what was acknowledged (the state in memory ran ahead of the log and is thrown away).
+Failures with no successful write in between back off exponentially before the reload
+(``reload_backoff_ms`` doubling up to ``reload_backoff_max_ms``), one log line per failure,
+so one per interval. Every future the shard starts (write, compaction, assignor run, close)
+has its outcome retrieved, even when the shard moved on before it ended.
+
+A log that is corrupt at load (CorruptBatchError: docs/storage.md, "Recovery") leaves the shard
+FAILED with ``corrupt`` set and one log line; it answers COORDINATOR_NOT_AVAILABLE and is not
+reloaded (the same bytes would fail again) until something calls ``load()`` again.
 
 Timers are the shard's table (``Shard.timers``); one loop timer is armed at the earliest
 deadline and fires everything due through ``Shard.fire``. Server-side assignor runs over
@@ -34,13 +43,14 @@ from typing import Callable, Optional
 
 from groupcoord.coordinator import consumer
 from groupcoord.coordinator.records import encode_record
-from groupcoord.coordinator.result import Volatile
+from groupcoord.coordinator.result import TimerKey, Volatile
 from groupcoord.coordinator.shard import Shard, error_response
 from groupcoord.coordinator.topics import TopicCatalog
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.load import load_shard
-from groupcoord.storage import Log, LogFailedError
+from groupcoord.storage import CorruptBatchError, Log, LogFailedError
+from groupcoord.storage.log import LogClosedError
 
 __all__ = ["ShardRuntime", "ShardState", "wall_clock_ms"]
 
@@ -57,7 +67,7 @@ class ShardState(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     ACTIVE = "active"
-    FAILED = "failed"        # a log write failed; reloading
+    FAILED = "failed"        # a log write failed (reloading), or the log is corrupt (.corrupt)
 
 
 # The error a request gets while the shard cannot serve it.
@@ -113,6 +123,13 @@ class ShardRuntime:
         self._closed_bytes = 0
         self._loaded = asyncio.Event()
         self._reload_task: Optional[asyncio.Task] = None
+        self.corrupt: Optional[Exception] = None    # why the log cannot load (FAILED)
+        self._unwritable_logged: set = set()    # (group, kind) refused and logged (_process)
+        self._log_closing: Optional[asyncio.Future] = None   # a failed log's close, off-loop
+        self._fail_streak = 0               # failures with no successful write in between
+        self._fail_since = 0.0              # loop time of the streak's first failure
+        self._compact_streak = 0            # failed compactions in a row
+        self._compact_retry_at = 0.0        # loop time before which none is started
         # counters (for logs and benchmarks)
         self.flushes = 0
         self.records_written = 0
@@ -145,7 +162,13 @@ class ShardRuntime:
 
         # Recovery and replay run in a worker thread so that the loop keeps answering the
         # other shards (and this one's requests with COORDINATOR_LOAD_IN_PROGRESS).
-        lg, sh, stats = await self._loop.run_in_executor(self.io_pool, _open_and_replay)
+        self.corrupt = None
+        try:
+            lg, sh, stats = await self._loop.run_in_executor(self.io_pool, _open_and_replay)
+        except CorruptBatchError as exc:
+            if gen == self.generation:
+                self._corrupted(exc)
+            raise
         if gen != self.generation:          # closed (or reloaded) meanwhile
             lg.close(flush=False)
             return
@@ -159,6 +182,8 @@ class ShardRuntime:
         sh_result = sh.update_topics(self.topics, now)
         if sh_result.records:
             self._process(sh_result, now)
+            if gen != self.generation:      # that write failed the shard: its reload is due
+                return
         self._closed_bytes = sum(s.size for s in lg.segments()[:-1])
         self.state = ShardState.ACTIVE
         self._loaded.set()
@@ -169,6 +194,19 @@ class ShardRuntime:
         log.log(logging.INFO if n else logging.DEBUG,
                 "shard %d loaded: %d records from %s in %.3f s (%d groups)", self.index,
                 n, self.directory, time.perf_counter() - t0, len(sh.groups))
+
+    def _corrupted(self, exc) -> None:
+        """The log is corrupt (CorruptLogError from recovery: storage/verify.py lists the
+        cases; or a bad batch met by the replay): FAILED until an operator repairs it and
+        loads the shard again (a restart). One line, no retry: the same bytes would fail
+        again."""
+        self.state = ShardState.FAILED
+        self.corrupt = exc
+        # A new generation: nothing started for the failed load acts on this shard, and the
+        # reload loop (_reload) sees the shard moved on and stops instead of retrying.
+        self.generation += 1
+        log.error("shard %d: corrupt log, not serving its groups (COORDINATOR_NOT_AVAILABLE) "
+                  "until it is repaired and the shard loaded again: %s", self.index, exc)
 
     async def wait_loaded(self) -> None:
         await self._loaded.wait()
@@ -200,10 +238,22 @@ class ShardRuntime:
         f = waiter.future
         return f.result() if f.done() else f
 
-    def _process(self, result, now: int, request=None, version: int = 0):
-        """Apply a Result: replay, append, answer completions, park or queue the response.
-        -> the _Waiter the caller awaits, or None when its response can go at once."""
+    def _process(self, result, now: int, request=None, version: int = 0, event=None):
+        """Apply a Result: encode, replay, append, answer completions, park or queue the
+        response. -> the _Waiter the caller awaits, or None when its response can go at once.
+
+        Its durable records are encoded and size-checked BEFORE anything is applied: a Result
+        whose records cannot be written changes nothing (memory stays what the log holds);
+        the request gets the error Kafka answers for a too large append, and an event's
+        Result (``event``: the TimerKey that fired, or a description) is dropped and logged
+        (_unwritable)."""
         shard = self.shard
+        durable = None
+        if result.records:
+            try:
+                durable = _encode_checked(result.records, shard.config.message_max_bytes)
+            except _Unwritable as exc:
+                return self._unwritable(result, exc, now, request, version, event)
         try:
             shard.apply(result)
         except Exception:
@@ -213,20 +263,17 @@ class ShardRuntime:
             if request is None:
                 return None
             return self._answer_error(request, version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if result.records:
-            durable = [encode_record(r) for r in result.records
-                       if not isinstance(r, Volatile)]
-            if durable:
-                try:
-                    self.log.append(durable, now)
-                except LogFailedError:
-                    self._fail(None)
-                    if request is None:
-                        return None
-                    return self._answer_error(request, version,
-                                              ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                self.records_written += len(durable)
-                self._schedule_flush()
+        if durable:
+            try:
+                self.log.append(durable, now)
+            except LogFailedError:
+                self._fail(None)
+                if request is None:
+                    return None
+                return self._answer_error(request, version,
+                                          ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            self.records_written += len(durable)
+            self._schedule_flush()
         target = self.log.next_offset
         for key, response in result.completions:
             w = self._parked.pop(key, None)
@@ -252,6 +299,39 @@ class ShardRuntime:
         for job in result.offload:
             self._offload(job)
         return waiter
+
+    def _unwritable(self, result, exc, now: int, request, version: int, event):
+        """A Result whose records cannot be written: nothing of it is applied (its timers,
+        completions and park neither). A request is answered the error Kafka gives a too
+        large append (INVALID_COMMIT_OFFSET_SIZE for a commit, else UNKNOWN_SERVER_ERROR:
+        GroupCoordinatorService's mapping of RecordTooLargeException); a timer that fired is
+        armed again ``UNWRITABLE_RETRY_MS`` later, so the group is not left without it (its
+        state may have changed by then). Logged once per group and kind."""
+        gid = _group_of(request, result.records)
+        what = (type(request).__name__ if request is not None
+                else getattr(event, "kind", None) or str(event or "event"))
+        key = (gid, what)
+        if key not in self._unwritable_logged:
+            if len(self._unwritable_logged) >= 10_000:
+                self._unwritable_logged.clear()         # bounded; a rare line may repeat
+            self._unwritable_logged.add(key)
+            log.error("shard %d: group %r: %s not applied, its records cannot be written: %s"
+                      "%s (logged once per group and kind)", self.index,
+                      gid[:256] if gid else gid, what, exc,
+                      "; the request is refused" if request is not None
+                      else "; retried in %d ms" % UNWRITABLE_RETRY_MS
+                      if isinstance(event, TimerKey) else "; dropped")
+        if isinstance(event, TimerKey):
+            self.shard.timers.apply(((event, now + UNWRITABLE_RETRY_MS),))
+            self._arm_timer()
+        if request is None:
+            return None
+        code = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE if request.API_KEY == 8
+                else ErrorCode.UNKNOWN_SERVER_ERROR)
+        fut = self._loop.create_future()
+        fut.set_result(error_response(request, version, code, "its records cannot be "
+                                      "written: %s" % exc))
+        return _Waiter(fut, request, version)
 
     def _release(self, w: _Waiter) -> None:
         if w.offset <= self.log.durable_offset:
@@ -279,22 +359,25 @@ class ShardRuntime:
             self._loop.call_soon(self._start_flush)
 
     def _start_flush(self) -> None:
-        if self.state is not ShardState.ACTIVE or self.log is None:
+        lg = self.log
+        if self.state is not ShardState.ACTIVE or lg is None:
             self._flushing = False
-            return
-        try:
-            job = self.log.begin_flush()
-        except LogFailedError:
-            self._fail(None)
-            return
-        if job is None:
-            self._flushing = False
-            return
-        if self.config.fsync != "always":
-            self._end_flush(job, self.log.write_flush(job), self.generation)
             return
         gen = self.generation
-        fut = self._loop.run_in_executor(self.io_pool, self.log.write_flush, job)
+        try:
+            job = lg.begin_flush()
+            if job is None:
+                self._flushing = False
+                return
+            if self.config.fsync != "always":
+                self._end_flush(job, lg.write_flush(job), gen)
+                return
+            fut = self._loop.run_in_executor(self.io_pool, lg.write_flush, job)
+        except Exception as exc:
+            # LogFailedError: a segment roll failed (EMFILE, ENOSPC, EIO on the directory);
+            # anything else is a bug. Either way no flush would ever come: fail, answer, reload.
+            self._fail(exc)
+            return
         fut.add_done_callback(lambda f: self._end_flush(job, _outcome(f), gen))
 
     def _end_flush(self, job, error, gen: int) -> None:
@@ -302,56 +385,109 @@ class ShardRuntime:
             return                          # the shard was reloaded or closed meanwhile
         try:
             durable = self.log.end_flush(job, error)
-        except LogFailedError as exc:
-            log.error("shard %d: log write failed (%s); answering COORDINATOR_NOT_AVAILABLE "
-                      "and reloading from the last durable state", self.index, exc)
+        except Exception as exc:            # LogFailedError: the write or fdatasync failed
             self._fail(exc)
             return
         self.flushes += 1
+        if self._fail_streak:
+            log.info("shard %d: log writes succeed again after %d failure(s) in a row",
+                     self.index, self._fail_streak)
+            self._fail_streak = 0
         ws = self._waiters
         while ws and ws[0].offset <= durable:
             w = ws.popleft()
             if not w.future.done():
                 w.future.set_result(w.response)
-        self._account()
-        if self.log.pending_bytes:
-            self._start_flush()             # what arrived during the write: next commit
-        else:
-            self._flushing = False
+        try:
+            self._account()
+            if self.log.pending_bytes:
+                self._start_flush()         # what arrived during the write: next commit
+            else:
+                self._flushing = False
+        except Exception as exc:            # a bug: never leave the next commit unscheduled
+            self._fail(exc)
 
     # ================================================================== failure
+    def _backoff_s(self, streak: int) -> float:
+        """The pause before the next attempt after ``streak`` failures in a row."""
+        cfg = self.config
+        cap = max(cfg.reload_backoff_ms, cfg.reload_backoff_max_ms)
+        return min(cfg.reload_backoff_ms * (1 << min(max(streak - 1, 0), 30)), cap) / 1000
+
     def _fail(self, exc) -> None:
-        """Throw the in-memory state away and reload what the log holds."""
+        """Answer every waiting and parked request COORDINATOR_NOT_AVAILABLE, throw the
+        in-memory state away, close the log and reload what it holds after a backoff."""
         if self.state is ShardState.FAILED:
             return
         self.state = ShardState.FAILED
         self.generation += 1
         self._flushing = False
+        self._compacting = False            # the old log's compaction stops at its close
         self._cancel_timer()
         waiters = list(self._waiters) + list(self._parked.values())
         self._waiters.clear()
         self._parked.clear()
+        answered = 0
         for w in waiters:
-            self._error(w, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            if w.future.done():
+                continue
+            if w.request is None:           # flush(): the writes it waited for are lost
+                w.future.set_exception(LogFailedError(
+                    "shard %d failed before these writes were durable" % self.index))
+            else:
+                self._error(w, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                answered += 1
+        self._fail_streak += 1
+        now = self._loop.time()
+        if self._fail_streak == 1:
+            self._fail_since = now
+        delay = self._backoff_s(self._fail_streak)
+        what = "failed (see above)" if exc is None else (
+            str(exc) if isinstance(exc, OSError) else "failed: %r" % (exc,))
+        if self._fail_streak == 1:
+            log.error("shard %d: %s; %d waiting request(s) answered COORDINATOR_NOT_AVAILABLE; "
+                      "reloading from the last durable state in %g s", self.index, what,
+                      answered, delay)
+        else:
+            log.error("shard %d: %s; failure %d in a row over %.0f s with no successful write; "
+                      "%d waiting request(s) answered COORDINATOR_NOT_AVAILABLE; reloading in "
+                      "%g s", self.index, what, self._fail_streak, now - self._fail_since,
+                      answered, delay)
         lg, self.log, self.shard = self.log, None, None
         if lg is not None:
+            # Off the loop: close() waits for a write in progress and a running compaction.
+            # The reload waits for it (the directory is the old log's until then).
             try:
-                lg.close(flush=False)
-            except Exception:               # already failed: nothing more to save
-                log.debug("closing the failed log of shard %d", self.index, exc_info=True)
-        self._reload_task = self._loop.create_task(self._reload())
+                self._log_closing = self._loop.run_in_executor(self.io_pool, _close_log, lg,
+                                                               self.index)
+            except RuntimeError:            # the executor is shut down: close here
+                _close_log(lg, self.index)
+        self._reload_task = self._loop.create_task(self._reload(delay))
 
-    async def _reload(self) -> None:
-        while self.state is ShardState.FAILED:
-            await asyncio.sleep(self.config.reload_backoff_ms / 1000)
-            if self.state is not ShardState.FAILED:
-                return
+    async def _reload(self, delay: float) -> None:
+        gen = self.generation
+        while True:
+            await asyncio.sleep(delay)
+            closing = self._log_closing
+            if closing is not None:
+                await asyncio.shield(closing)       # _close_log never raises
+                if self._log_closing is closing:
+                    self._log_closing = None
+            if gen != self.generation or self.state is not ShardState.FAILED:
+                return                      # closed (or loaded by someone else) meanwhile
             try:
                 await self.load()
+                return
             except Exception as exc:
+                if self.generation != gen + 1:
+                    return                  # closed meanwhile
                 self.state = ShardState.FAILED
-                log.error("shard %d: reload from %s failed (%s); retrying", self.index,
-                          self.directory, exc)
+                self._fail_streak += 1
+                delay = self._backoff_s(self._fail_streak)
+                gen = self.generation
+                log.error("shard %d: reload from %s failed (%s; failure %d in a row); "
+                          "retrying in %g s", self.index, self.directory, exc,
+                          self._fail_streak, delay)
 
     # ================================================================== timers
     def _arm_timer(self) -> None:
@@ -377,7 +513,7 @@ class ShardRuntime:
         now = self.clock()
         shard = self.shard
         for key in shard.due(now):
-            self._process(shard.fire(key, now), now)
+            self._process(shard.fire(key, now), now, event=key)
             if self.state is not ShardState.ACTIVE:
                 return
         self._arm_timer()
@@ -395,14 +531,15 @@ class ShardRuntime:
 
     def _offload_done(self, job, fut, gen: int) -> None:
         self._jobs.discard((job.group_id, job.epoch))
-        if gen != self.generation or self.state is not ShardState.ACTIVE:
+        exc = None if fut.cancelled() else fut.exception()     # retrieved even when stale
+        if gen != self.generation or self.state is not ShardState.ACTIVE or fut.cancelled():
             return
-        exc = fut.exception()
         if exc is not None:
             log.error("shard %d: assignor run %r failed: %r", self.index, job, exc)
             return
         now = self.clock()
-        self._process(consumer.install_offloaded(self.shard, job, fut.result(), now), now)
+        self._process(consumer.install_offloaded(self.shard, job, fut.result(), now), now,
+                      event="assignor result")
 
     # ================================================================== compaction
     def _account(self) -> None:
@@ -413,7 +550,8 @@ class ShardRuntime:
         self._closed_bytes = closed
         cfg = self.config
         if (not self._compacting and self._dirty_bytes >= cfg.compact_min_dirty_bytes
-                and self._dirty_bytes >= cfg.compact_min_dirty_ratio * max(closed, 1)):
+                and self._dirty_bytes >= cfg.compact_min_dirty_ratio * max(closed, 1)
+                and self._loop.time() >= self._compact_retry_at):
             self._start_compaction()
 
     def _start_compaction(self) -> None:
@@ -425,13 +563,27 @@ class ShardRuntime:
         fut.add_done_callback(lambda f: self._compaction_done(f, gen))
 
     def _compaction_done(self, fut, gen: int) -> None:
-        self._compacting = False
+        # The outcome is always retrieved: the compaction of a log that the shard closed
+        # meanwhile (failed, reloaded, closed) raises LogClosedError, and asyncio reports an
+        # exception nobody retrieved (simulation seeds 501887, 502070).
+        exc = None if fut.cancelled() else fut.exception()
         if gen != self.generation or self.log is None:
+            # That log's flag went with it (_fail and close reset _compacting).
+            if exc is not None and not isinstance(exc, LogClosedError):
+                log.info("shard %d: the compaction of a log closed since ended with %r",
+                         self.index, exc)
             return
-        exc = fut.exception()
-        if exc is not None:
-            log.error("shard %d: compaction failed: %r", self.index, exc)
+        self._compacting = False
+        if exc is not None or fut.cancelled():
+            # Nothing is lost (each segment is swapped whole); retried after a backoff, not
+            # at the next group commit, so a persistent fault does not rewrite in a loop.
+            self._compact_streak += 1
+            delay = self._backoff_s(self._compact_streak)
+            self._compact_retry_at = self._loop.time() + delay
+            log.error("shard %d: compaction failed (%r; failure %d in a row); retrying in "
+                      "%g s at the earliest", self.index, exc, self._compact_streak, delay)
             return
+        self._compact_streak = 0
         self._dirty_bytes = 0
         self._closed_bytes = sum(s.size for s in self.log.segments()[:-1])
         log.info("shard %d: compacted: %s", self.index, fut.result())
@@ -441,7 +593,7 @@ class ShardRuntime:
         self.topics = catalog
         if self.state is ShardState.ACTIVE:
             now = self.clock()
-            self._process(self.shard.update_topics(catalog, now), now)
+            self._process(self.shard.update_topics(catalog, now), now, event="topic change")
 
     async def flush(self) -> None:
         """Wait until everything appended so far is durable."""
@@ -458,12 +610,14 @@ class ShardRuntime:
         if self.state is ShardState.ACTIVE:
             try:
                 await self.flush()
-            except Exception:
-                log.exception("shard %d: final flush failed", self.index)
-        if self._reload_task is not None:
-            self._reload_task.cancel()
+            except Exception as exc:
+                log.error("shard %d: final flush failed: %s", self.index, exc)
+        loading = self.state is ShardState.LOADING
+        task, self._reload_task = self._reload_task, None
         self.generation += 1
         self.state = ShardState.UNLOADED
+        self._flushing = False
+        self._compacting = False
         self._cancel_timer()
         for w in list(self._parked.values()) + list(self._waiters):
             if w.request is not None:
@@ -473,13 +627,86 @@ class ShardRuntime:
         self._parked.clear()
         self._waiters.clear()
         lg, self.log, self.shard = self.log, None, None
+        if task is not None and not task.done():
+            if loading:
+                # Inside load(): it sees the generation move and closes the log it opened
+                # (cancelling it would leave that log open in the worker thread).
+                await asyncio.wait([task])
+            else:
+                task.cancel()               # sleeping before a reload
+        closing, self._log_closing = self._log_closing, None
+        if closing is not None:
+            await closing                   # a failed log's close: _close_log never raises
         if lg is not None:
             # close() waits for a running compaction: not on the loop.
-            await self._loop.run_in_executor(self.io_pool, lg.close)
+            try:
+                await self._loop.run_in_executor(self.io_pool, lg.close)
+            except Exception as exc:
+                log.error("shard %d: closing the log of %s failed: %s", self.index,
+                          self.directory, exc)
+
+
+# A timer whose Result could not be written fires again this much later.
+UNWRITABLE_RETRY_MS = 10_000
+
+# RecordBatch v2 framing (storage/batch.py): the batch header, and the most one record adds
+# around its key and value (seven varints).
+_BATCH_HEADER = 61
+_RECORD_FRAMING_MAX = 32
+
+
+class _Unwritable(Exception):
+    """A Result's records cannot be written: a field over what it holds, or a record over
+    message.max.bytes."""
+
+
+def _encode_checked(records, max_bytes: int) -> list:
+    """The (key, value) bytes of the durable records, in order. Raises _Unwritable when one
+    cannot be encoded or takes more than ``max_bytes`` in a batch of its own: the check runs
+    before anything is applied, so that a refused Result changes nothing."""
+    out = []
+    for r in records:
+        if isinstance(r, Volatile):
+            continue
+        try:
+            k, v = encode_record(r)
+        except ValueError as exc:           # the codec's EncodeError: a field over its size
+            raise _Unwritable(str(exc)) from None
+        size = _BATCH_HEADER + _RECORD_FRAMING_MAX + len(k) + (len(v) if v is not None else 0)
+        if size > max_bytes:
+            raise _Unwritable("a %s record of %d bytes exceeds message.max.bytes %d"
+                              % (r.type.name, size, max_bytes))
+        out.append((k, v))
+    return out
+
+
+def _group_of(request, records) -> Optional[str]:
+    """The group a refused Result is about (for its log line)."""
+    gid = getattr(request, "group_id", None)
+    if gid is not None:
+        return gid
+    for r in records:
+        key = getattr(r, "key", r)
+        for f in ("group", "group_id"):
+            g = getattr(key, f, None)
+            if isinstance(g, str):
+                return g
+    return None
+
+
+def _close_log(lg, index: int) -> None:
+    """Close a failed log without flushing; its errors are only worth a line (the shard is
+    reloading from what the disk holds anyway)."""
+    try:
+        lg.close(flush=False)
+    except Exception as exc:
+        log.warning("shard %d: closing its failed log: %s", index, exc)
 
 
 def _outcome(fut):
     """The error of a write_flush future (it returns its OSError rather than raising)."""
+    if fut.cancelled():                 # the executor was shut down under it
+        return OSError("the log write was cancelled")
     exc = fut.exception()
     if exc is not None:
         return exc if isinstance(exc, OSError) else OSError(str(exc))
