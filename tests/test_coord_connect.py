@@ -224,6 +224,9 @@ def w1_joins(coord):
                         "members": {"W1": (1, ALL)}}
     # The only worker: no delayed rebalance.
     assert h.shard.group("g").rebalance_deadline_ms == -1
+    # W1 reports the work it started: the assignment is confirmed, no longer repeated.
+    r = h.send(hb("W1", 1, owned=ALL))
+    assert (r.error_code, r.member_epoch, r.assignment) == (0, 1, None)
     return h, w
 
 
@@ -506,6 +509,7 @@ def stable_pair(coord, w2_instance=None, **cfg):
     h.send(hb("W1", 1, owned=["AC0", "AT1", "AT2"]))
     h.send(hb("W2", 1, owned=[]))
     assert state(h)["members"] == {"W1": (2, ["AC0", "AT1", "AT2"]), "W2": (2, ["BC0", "BT1"])}
+    h.send(hb("W2", 2, owned=["BC0", "BT1"]))    # W2 reports the work it started
     return h, w
 
 
@@ -851,6 +855,73 @@ def test_fenced_epoch_does_not_remove_the_member(coord):
     r = h.send(hb("W2", 0, owned=[]))
     assert (r.error_code, r.member_epoch) == (0, 2)
     assert assignment(r) == ["BC0", "BT1"]
+
+
+@pytest.mark.parametrize("late", ["join", "heartbeat"])
+def test_assignment_is_repeated_until_the_worker_confirms_it(coord, late):
+    """Found by the simulation (liveness, seed 502670): the first copy of a request the worker
+    retried arrives after the retry was answered and after the work it waits for was released;
+    it is answered with that work, and the answer is lost. The worker saw its retry answered,
+    so its next heartbeats omit their owned set: the assignment must be repeated until the
+    worker reports exactly that work as owned, or it never runs it."""
+    h, w = w1_joins(coord)
+    W1T, W2T = ["AC0", "AT1", "AT2"], ["BC0", "BT1"]
+    h.send(hb("W2", 0, owned=[]))
+    h.send(hb("W1", 1))
+    w.compute("W1", 1)
+    h.send(hb("W1", 1, owned=ALL))               # W1 is asked to revoke W2's part
+    r = h.send(hb("W2", 1, owned=[]))
+    assert (r.member_epoch, r.assignment) == (2, None)     # UNRELEASED: W1 still holds it
+    if late == "heartbeat":
+        # The retry of an epoch-2 heartbeat (full, after the broken connection) is answered
+        # first: nothing released yet.
+        r = h.send(hb("W2", 2, owned=[]))
+        assert (r.member_epoch, r.assignment) == (2, None)
+    h.send(hb("W1", 1, owned=W1T))               # W1 acknowledges: W2's part is free
+    copy = hb("W2", 0, owned=[]) if late == "join" else hb("W2", 2)
+    lost = h.send(copy)                          # the late first copy; nobody reads this
+    assert assignment(lost) == W2T
+    assert state(h)["members"]["W2"] == (2, W2T)
+    # W2's next heartbeat carries no owned set (nothing changed for it): it is still told.
+    for _ in range(2):
+        r = h.send(hb("W2", 2))
+        assert (r.error_code, r.member_epoch, assignment(r)) == (0, 2, W2T)
+    # W2 starts the work and reports it: confirmed, no longer repeated (the steady path).
+    r = h.send(hb("W2", 2, owned=W2T))
+    assert (r.error_code, r.assignment) == (0, None)
+    n = len(h.log)
+    r = h.send(hb("W2", 2))
+    assert (r.error_code, r.member_epoch, r.assignment) == (0, 2, None)
+    assert len(h.log) == n
+
+
+def test_epoch_zero_heartbeat_of_a_known_worker_does_not_acknowledge_a_revocation(coord):
+    """Found by the simulation (seeds 209968, 211303): the first copy of a worker's join
+    (epoch 0, owning nothing) arrives after the worker was given work and asked to revoke part
+    of it; its owned set acknowledged the revocation and the work went to another worker while
+    it still ran it. A rejoin (or such a copy) is answered with the worker's assignment; only
+    a heartbeat at its epoch acknowledges, and the revocation timer runs again."""
+    h, w = w1_joins(coord)
+    W1T, W2T = ["AC0", "AT1", "AT2"], ["BC0", "BT1"]
+    h.send(hb("W2", 0, owned=[]))
+    h.send(hb("W1", 1))
+    w.compute("W1", 1)
+    r = h.send(hb("W1", 1, owned=ALL))
+    assert assignment(r) == W1T                  # W1 must revoke W2's part
+    h.advance(1_000)
+    late = h.send(hb("W1", 0, owned=[], config=cfg_state()))     # W1's first join, late
+    assert (late.error_code, late.member_epoch, assignment(late)) == (0, 1, W1T)
+    g = h.shard.group("g")
+    assert g.current["W1"].state == rc.UNREVOKED and g.holders
+    assert unit_labels(g, g.current["W1"].pending_revocation) == W2T
+    assert h.shard.timers.get(TimerKey(connect.REVOCATION, "g", "W1")) == h.now + TIMEOUT
+    r = h.send(hb("W2", 1, owned=[]))
+    assert (r.member_epoch, r.assignment) == (2, None)     # still held by W1: not given
+    # W1 (live all along) revokes and acknowledges at its epoch: W2 gets its part.
+    r = h.send(hb("W1", 1, owned=W1T))
+    assert (r.error_code, r.member_epoch) == (0, 2)
+    assert h.shard.timers.get(TimerKey(connect.REVOCATION, "g", "W1")) is None
+    assert assignment(h.send(hb("W2", 2))) == W2T
 
 
 def test_unrevoked_member_is_fenced_at_its_rebalance_timeout(coord):

@@ -327,3 +327,31 @@ def test_200_workers_2000_tasks_converge_balanced(serve):
             await link.close()
     run(go(), 60)
     assert ledger.check() == {}
+
+
+def test_owned_work_is_reported_after_every_answer_with_an_assignment():
+    """The coordinator repeats an assignment until the worker reports it as owned, and only an
+    owned set acknowledges a revocation (docs/decisions.md, simulation findings 8 and 9): the
+    heartbeat after an answer that carried an assignment reports the owned work even when the
+    answer changed nothing for the worker; other heartbeats omit it."""
+    from groupcoord.client.connect_member import ConnectMemberState
+    from groupcoord.protocol import messages as m
+
+    def answer(connectors=None):
+        a = None if connectors is None else m.ConnectGroupHeartbeatResponseAssignment(
+            connectors_and_tasks=m.ConnectGroupHeartbeatResponseConnectorsAndTasks(
+                connectors=connectors, tasks=[]))
+        return m.ConnectGroupHeartbeatResponse(member_id="W1", member_epoch=1,
+                                               heartbeat_interval_ms=HB_MS, assignment=a)
+
+    st = ConnectMemberState("g", "W1", worker_url="http://w1")
+    assert st.heartbeat_request().owned_connectors_and_tasks is not None     # the join
+    out = st.on_response(answer(["A"]))
+    assert out.assign == {("A", -1)}
+    st.assigned(out.assign)
+    assert st.heartbeat_request().owned_connectors_and_tasks.connectors == ["A"]
+    st.on_response(answer())
+    assert st.heartbeat_request().owned_connectors_and_tasks is None
+    out = st.on_response(answer(["A"]))          # the same assignment again: nothing to do
+    assert not out.assign and not out.revoke
+    assert st.heartbeat_request().owned_connectors_and_tasks.connectors == ["A"]

@@ -19,6 +19,12 @@ interleaving; a mutation must still be found within N seeds).
                          (the seed's rule): a late copy evicts a live worker.
     stale-claims-given   finding 3: the SDK's cooperative-sticky leader gives a unit that
                          only an older-generation member claims to someone else at once.
+    rejoin-acks-revocation  finding 8: a connect heartbeat at epoch 0 from a known worker (a
+                         late copy of its first join) acknowledges a pending revocation with
+                         its stale owned set: the work goes to another worker while it runs.
+    unconfirmed-forgotten  finding 9: a connect worker's assignment change travels in one
+                         answer only (as Kafka's rule): when that answer went to a late copy
+                         of a request, the worker never hears of the work (liveness).
 """
 from __future__ import annotations
 
@@ -132,6 +138,25 @@ def stale_claims_given():
     return _patched((client_assign, "cooperative_sticky", cooperative_sticky))
 
 
+def rejoin_acks_revocation():
+    # BUG: any owned set acknowledges.
+    return _patched((connect, "_acknowledging", lambda req, meta, owned: owned))
+
+
+class _Forgetful(set):
+    def add(self, _item):
+        pass                                           # BUG: nothing is ever unconfirmed
+
+
+def unconfirmed_forgotten():
+    orig = connect.ConnectGroup.__init__
+
+    def init(self, group_id):
+        orig(self, group_id)
+        self.unconfirmed = _Forgetful()
+    return _patched((connect.ConnectGroup, "__init__", init))
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
@@ -139,4 +164,6 @@ MUTATIONS = {
     "no-timer-rearm": no_timer_rearm,
     "fenced-removes-worker": fenced_removes_worker,
     "stale-claims-given": stale_claims_given,
+    "rejoin-acks-revocation": rejoin_acks_revocation,
+    "unconfirmed-forgotten": unconfirmed_forgotten,
 }

@@ -21,7 +21,8 @@ Heartbeat contents (the seed: "set all the top level fields when it joins for th
 or when an error occurs; otherwise only the fields which have changed"): a full heartbeat
 carries instance id, worker url, rebalance timeout, client assignors, config state and owned
 work; later ones carry only what changed since the last one that was answered (owned work
-after every change, so that the coordinator sees revocations acknowledged).
+after every change, so that the coordinator sees revocations acknowledged, and after every
+answer that carried an assignment, so that it sees the assignment confirmed).
 
 Work is a set of units (connector, task): task -1 is the connector instance itself.
 """
@@ -209,6 +210,10 @@ class ConnectMemberState:
                 out.revoke = self.owned - target
                 out.assign = target - self.owned
                 out.assignment_error = resp.assignment.error
+                # Report what we own next time even if it did not change: the coordinator may
+                # believe otherwise (its answer went to a late copy of a request), and only an
+                # owned set confirms an assignment or acknowledges a revocation.
+                self._sent_owned = None
             return out
         msg = resp.error_message
         if code in _REJOIN:
