@@ -83,7 +83,7 @@ def test_serve_prints_listening_line_and_exits_0_on_sigterm(tmp_path, loop):
 def test_created_topics_and_cluster_id_survive_a_restart(tmp_path):
     data = str(tmp_path / "data")
     args = ("--port", "0", "--data-dir", data, "--shards", "2", "--fsync", "unsafe-no-fsync",
-            "--advertised-host", "coord.example")
+            "--advertised-host", "coord.example", "--allow-create-topics")
     s = Serve(*args)
     try:
         host, port = s.listening().groups()[:2]

@@ -10,6 +10,7 @@ import pytest
 import groupcoord.protocol as P
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.coordinator.topics import topic_id_for
+from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore
 from server_client import WireClient
 from server_fixtures import (LOOPS, WriteCounter, join_request, make_coordinator, run_on,
@@ -193,7 +194,8 @@ def test_create_topics_then_metadata_and_it_survives_a_restart(loop_kind, tmp_pa
     async def go():
         store = CatalogStore(str(tmp_path))
         coord = make_coordinator("real", tmp_path, topics=store.load())
-        async with serving(coord, store=store, data_dir=str(tmp_path)) as srv:
+        async with serving(coord, store=store, data_dir=str(tmp_path),
+                           catalog_limits=N.CatalogLimits(allow_create_topics=True)) as srv:
             c = await WireClient.connect(*srv.address)
             req = M.CreateTopicsRequest(topics=[
                 M.CreateTopicsRequestCreatableTopic(name="fresh", num_partitions=4,

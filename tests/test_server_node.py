@@ -9,6 +9,7 @@ from groupcoord.server import node as N
 
 M = P.messages
 CAT = TopicCatalog.of(orders=3, payments=1)
+ALLOW = N.CatalogLimits(allow_create_topics=True)       # CreateTopics is off by default
 RANGES = N.node_api_ranges(P.supported_versions(), lambda k: k in (11, 12, 13, 14))
 NODE = N.NodeState("broker.example", 9999, "cluster-xyz", lambda: CAT, RANGES)
 
@@ -226,7 +227,7 @@ def _ct(*topics, validate_only=False):
 def test_create_topics(v):
     req = _ct(("new", 4, 1), ("orders", 3, 1), ("zero", 0, 1), ("bad name!", 1, 1),
               ("rf3", 1, 3), ("dflt", -1, -1))
-    resp, cat = N.plan_create_topics(req, v, CAT)
+    resp, cat = N.plan_create_topics(req, v, CAT, ALLOW)
     resp = roundtrip(resp, v)
     codes = {t.name: t.error_code for t in resp.topics}
     assert codes["new"] == 0
@@ -244,9 +245,9 @@ def test_create_topics(v):
 
 
 def test_create_topics_validate_only_and_duplicates():
-    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), validate_only=True), 7, CAT)
+    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), validate_only=True), 7, CAT, ALLOW)
     assert resp.topics[0].error_code == 0 and cat is None
-    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), ("x", 2, 1)), 7, CAT)
+    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), ("x", 2, 1)), 7, CAT, ALLOW)
     assert [t.error_code for t in resp.topics] == [42, 42] and cat is None
 
 

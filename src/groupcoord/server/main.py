@@ -7,7 +7,8 @@ Startup: merge --topic/--topics-file into <data-dir>/topics.json, load every sha
 
 Logs go to stderr. SIGTERM or SIGINT: graceful shutdown (Server.shutdown), exit status 0.
 Startup errors (bad topic spec, partition decrease, port in use) exit 1 (2 for bad
-arguments) with one line on stderr.
+arguments) with one line on stderr. A shard with a corrupt log is no startup error: it stays
+FAILED (one line on stderr) and N counts only the shards that loaded.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import sys
 
 from groupcoord.server.catalog import (CatalogError, CatalogStore, load_topics_file,
                                        merge_topics, parse_topic_arg)
+from groupcoord.server.node import CatalogLimits, check_catalog_limits
 from groupcoord.server.server import Server, ServerConfig
 
 __all__ = ["add_serve_parser", "run"]
@@ -73,10 +75,32 @@ def add_serve_parser(sub):
     s.add_argument("--connections-max-idle-ms", type=int, default=600_000,
                    help="close connections with no traffic and no request in flight for this "
                         "long (default %(default)s, Kafka's connections.max.idle.ms; 0 never)")
+    s.add_argument("--queued-max-request-bytes", type=int,
+                   default=ServerConfig.queued_max_request_bytes,
+                   help="request bytes held across all connections (partial frames growing, "
+                        "frames not yet run) before frames over 64 KiB wait for room; smaller "
+                        "frames are always read (default %(default)s = 256 MiB; Kafka's "
+                        "queued.max.request.bytes, unbounded there)")
+    s.add_argument("--max-queued-response-bytes", type=int,
+                   default=ServerConfig.max_queued_response_bytes,
+                   help="per connection: bytes of responses not yet sent above which no "
+                        "further request of that connection is taken (default %(default)s "
+                        "= 4 MiB)")
     s.add_argument("--fsync", choices=("always", "unsafe-no-fsync"), default="always",
                    help="'always' (default): a response that depends on a write is sent after "
                         "the write is fsynced (group commit). 'unsafe-no-fsync': skip fsync; "
                         "a machine crash can lose acknowledged state (tests, benchmarks)")
+    s.add_argument("--allow-create-topics", action="store_true",
+                   help="answer CreateTopics (off by default: topics are an operator's choice, "
+                        "given with --topic/--topics-file); when off, CreateTopics answers "
+                        "POLICY_VIOLATION per topic")
+    s.add_argument("--max-topics", type=int, default=CatalogLimits().max_topics,
+                   help="topics the catalog may hold (default %(default)s); CreateTopics "
+                        "beyond it answers POLICY_VIOLATION, --topic beyond it is a startup "
+                        "error")
+    s.add_argument("--max-partitions", type=int, default=CatalogLimits().max_partitions,
+                   help="partitions of all topics together the catalog may hold (default "
+                        "%(default)s); as --max-topics")
     from groupcoord.coordinator.config import ShardConfig
     s.add_argument("--group-config", action="append", default=[], metavar="NAME=VALUE",
                    help="a group setting by its Kafka broker name (repeatable), e.g. "
@@ -94,6 +118,9 @@ def add_serve_parser(sub):
 
 def _kafka_name(field: str) -> str:
     """ShardConfig field -> Kafka's broker setting name (group.consumer.* for consumer_*)."""
+    from groupcoord.coordinator.config import KAFKA_UNITS
+    if field in KAFKA_UNITS:
+        return KAFKA_UNITS[field][0]        # e.g. offsets.retention.minutes
     if field.startswith(("consumer_", "connect_")):
         field = "group_" + field
     return field.replace("_", ".")
@@ -104,14 +131,16 @@ def _show(v) -> str:
 
 
 def _defaults(cls) -> list:
+    from groupcoord.coordinator.config import KAFKA_UNITS
     d = cls()
-    return [(f, getattr(d, f)) for f in cls.__struct_fields__]
+    return [(f, getattr(d, f) // KAFKA_UNITS[f][1] if f in KAFKA_UNITS else getattr(d, f))
+            for f in cls.__struct_fields__]
 
 
 def parse_group_config(items) -> "object":
     """['group.initial.rebalance.delay.ms=0', ...] -> ShardConfig; CatalogError if unknown."""
     import msgspec
-    from groupcoord.coordinator.config import ShardConfig
+    from groupcoord.coordinator.config import KAFKA_UNITS, ShardConfig
     by_name = {}
     for f, v in _defaults(ShardConfig):
         by_name[_kafka_name(f)] = (f, v)
@@ -128,11 +157,18 @@ def parse_group_config(items) -> "object":
             if isinstance(default, tuple):
                 kw[field] = tuple(x.strip() for x in value.split(",") if x.strip())
             else:
-                kw[field] = int(value)
+                # A Kafka name in another unit (offsets.retention.minutes) scales; the field's
+                # own name takes ms.
+                unit = KAFKA_UNITS[field][1] if name.strip() != field \
+                    and field in KAFKA_UNITS else 1
+                kw[field] = int(value) * unit
         except ValueError:
             raise CatalogError("--group-config %s: %r is not an integer" % (name, value)) \
                 from None
-    return msgspec.structs.replace(ShardConfig(), **kw)
+    try:
+        return msgspec.structs.replace(ShardConfig(), **kw)
+    except ValueError as e:             # a value out of its range (ShardConfig.__post_init__)
+        raise CatalogError("--group-config: %s" % e) from None
 
 
 def _topics_given(args) -> list:
@@ -153,6 +189,64 @@ def _check_args(args):
         raise CatalogError("--max-connections must be at least 1")
     if args.connections_max_idle_ms < 0:
         raise CatalogError("--connections-max-idle-ms must be >= 0")
+    if args.queued_max_request_bytes < 1 or args.max_queued_response_bytes < 1:
+        raise CatalogError("--queued-max-request-bytes and --max-queued-response-bytes must "
+                           "be >= 1")
+    if args.max_topics < 0 or args.max_partitions < 0:
+        raise CatalogError("--max-topics and --max-partitions must be >= 0")
+
+
+# Descriptors besides connections and segment files: listening sockets, stdio, the event
+# loop's own (epoll, self-pipe), the catalog and cluster-id files, log handlers.
+FD_MARGIN = 64
+
+
+def check_open_files_limit(max_connections: int, shards: int, data_dir: str) -> None:
+    """Compare RLIMIT_NOFILE with what this node may hold open: every connection, one
+    descriptor per segment file (each segment keeps its read descriptor), and per shard its
+    write descriptor plus one for a segment roll or a compaction's output. Raise the soft
+    limit towards the hard one where it is short; log one line saying what was done (a
+    warning when still short: a roll that cannot open its file fails its shard)."""
+    try:
+        import resource
+    except ImportError:                 # pragma: no cover - not on Windows
+        return
+    segments = 0
+    try:
+        for name in os.listdir(data_dir):
+            d = os.path.join(data_dir, name)
+            if name.startswith("__consumer_offsets-") and os.path.isdir(d):
+                segments += sum(1 for f in os.listdir(d) if f.endswith(".log"))
+    except OSError:
+        pass                            # no data yet: only the margin below counts
+    need = max_connections + segments + 2 * shards + FD_MARGIN
+    what = ("%d connections + %d segment files + %d shards x 2 + %d"
+            % (max_connections, segments, shards, FD_MARGIN))
+    inf = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == inf or soft >= need:
+        log.info("open files limit %s covers the %d this node may use (%s)",
+                 "unlimited" if soft == inf else soft, need, what)
+        return
+    raised = None
+    for target in ([hard] if hard != inf else []) + [need]:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):   # e.g. the hard limit is above fs.nr_open
+            continue
+        raised = target
+        break
+    new = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    hard_s = "unlimited" if hard == inf else str(hard)
+    if raised is not None and (new == inf or new >= need):
+        log.info("open files limit: raised the soft limit from %d to %s (hard limit %s) for "
+                 "the %d this node may use (%s)", soft, new, hard_s, need, what)
+    else:
+        log.warning("open files limit %d (hard limit %s%s) is below the %d this node may use "
+                    "(%s): connections beyond it are refused and a shard whose segment roll "
+                    "cannot open its file fails and reloads; raise the limit (ulimit -n) or "
+                    "lower --max-connections", new, hard_s,
+                    "; soft limit raised from %d" % soft if new != soft else "", need, what)
 
 
 def _loop_factory(name: str):
@@ -188,6 +282,7 @@ def run(args) -> int:
 async def _serve(args, given) -> int:
     try:
         from groupcoord.runtime import Coordinator, RuntimeConfig
+        from groupcoord.runtime.coordinator import ShardLoadError
     except ImportError as e:   # pragma: no cover - the runtime is part of the package
         raise StartupError("the coordinator runtime is not available: %s" % e) from None
     loop = asyncio.get_running_loop()
@@ -202,8 +297,14 @@ async def _serve(args, given) -> int:
         os.makedirs(args.data_dir, exist_ok=True)
     except OSError as e:
         raise StartupError("cannot create data directory %s: %s" % (args.data_dir, e)) from None
+    check_open_files_limit(args.max_connections, args.shards, args.data_dir)
     store = CatalogStore(args.data_dir)
     catalog, changed = merge_topics(store.load(), given)
+    limits = CatalogLimits(allow_create_topics=args.allow_create_topics,
+                           max_topics=args.max_topics, max_partitions=args.max_partitions)
+    over = check_catalog_limits(catalog, limits)
+    if over:
+        raise CatalogError(over + " (raise the limit or give fewer topics)")
     if changed:
         store.save(catalog)
     log.info("topic catalog: %d topic(s)%s", len(catalog),
@@ -213,12 +314,21 @@ async def _serve(args, given) -> int:
     coord = Coordinator(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
                                       fsync=args.fsync, shard_config=args.shard_config),
                         topics=catalog)
-    await coord.start()
+    try:
+        await coord.start()
+    except ShardLoadError as e:
+        raise StartupError(str(e)) from None
+    # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
+    # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
+    loaded = args.shards - len(coord.failed_shards())
     server = Server(ServerConfig(
         host=args.host, port=args.port, advertised_host=args.advertised_host,
         data_dir=args.data_dir, max_frame_bytes=args.max_frame_bytes,
         max_connections=args.max_connections,
-        connections_max_idle_ms=args.connections_max_idle_ms), coord, store=store)
+        connections_max_idle_ms=args.connections_max_idle_ms,
+        queued_max_request_bytes=args.queued_max_request_bytes,
+        max_queued_response_bytes=args.max_queued_response_bytes,
+        catalog_limits=limits), coord, store=store)
     try:
         host, port = await server.start()
     except OSError as e:
@@ -227,7 +337,7 @@ async def _serve(args, given) -> int:
                                                            e.strerror or e)) from None
     if not stop.is_set():
         sys.stdout.write("groupcoord: listening on %s:%d (%d shards loaded from %s)\n"
-                         % (host, port, args.shards, args.data_dir))
+                         % (host, port, loaded, args.data_dir))
         sys.stdout.flush()
         await stop.wait()
     log.info("shutting down")

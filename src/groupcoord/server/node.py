@@ -14,10 +14,10 @@ and ``coordinator.set_topics`` (see ``plan_create_topics``).
 from __future__ import annotations
 
 import os
-import re
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from groupcoord.codegen.schema import load_all
+from groupcoord.coordinator.limits import validate_topic_name
 from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -25,7 +25,7 @@ from groupcoord.protocol.error_codes import ErrorCode as E
 __all__ = ["NodeState", "NODE_APIS", "api_versions", "api_versions_unsupported", "metadata",
            "find_coordinator", "list_offsets", "fetch", "produce", "plan_create_topics",
            "top_level_error_response", "validate_topic_name", "node_api_ranges",
-           "DEFAULT_PARTITIONS"]
+           "DEFAULT_PARTITIONS", "CatalogLimits", "check_catalog_limits"]
 
 NODE_ID = 0
 LEADER_EPOCH = 0            # every partition has had one leader (us) since it was created
@@ -297,42 +297,47 @@ def produce(req, version: int, node: NodeState):
 
 
 # ---------------------------------------------------------------------- CreateTopics
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_NAME_LENGTH = 249
+CREATE_TOPICS_DISABLED = "CreateTopics is disabled on this node (--allow-create-topics)"
 
 
-def validate_topic_name(name: str) -> Optional[str]:
-    """Kafka's rules for a topic name; returns the reason it is invalid, or None."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return "topic name cannot be '.' or '..'"
-    if len(name) > MAX_NAME_LENGTH:
-        return "topic name is longer than %d characters" % MAX_NAME_LENGTH
-    if not _LEGAL.match(name):
-        return ("topic name %r has characters other than ASCII alphanumerics, '.', '_' "
-                "and '-'" % name)
-    return None
+class CatalogLimits(NamedTuple):
+    """What CreateTopics may do (``groupcoord serve`` flags). Creating topics is an operator
+    choice, off by default as Kafka's auto topic creation is in production setups; the
+    catalog is held in memory by every shard and listed by Metadata, so it is bounded."""
+    allow_create_topics: bool = False       # --allow-create-topics
+    max_topics: int = 10_000                # --max-topics
+    max_partitions: int = 2_000_000         # --max-partitions (all topics together)
 
 
-def plan_create_topics(req, version: int, catalog: TopicCatalog) -> tuple:
+def plan_create_topics(req, version: int, catalog: TopicCatalog,
+                       limits: CatalogLimits = CatalogLimits()) -> tuple:
     """-> (response, new catalog or None). Pure: the caller persists the new catalog and
     installs it (``coordinator.set_topics``) before it sends the response, unless
     ValidateOnly. Per-topic errors as Kafka's: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
     INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (this node is the only broker),
-    INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a name given twice)."""
+    INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST (a name given twice); POLICY_VIOLATION when
+    CreateTopics is disabled or a topic would take the catalog over ``limits``."""
     counts: dict = {}
     for t in req.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
     results = []
     new: list = []
+    n_topics = len(catalog)
+    n_parts = sum(t.partitions for t in catalog)
     for t in req.topics:
-        code, msg, parts = _check_creatable(t, version, catalog, counts)
+        if not limits.allow_create_topics:
+            code, msg, parts = E.POLICY_VIOLATION, CREATE_TOPICS_DISABLED, 0
+        else:
+            code, msg, parts = _check_creatable(t, version, catalog, counts)
+        if not code:
+            code, msg = _check_capacity(limits, n_topics, n_parts, parts)
         if code:
             results.append(m.CreateTopicsResponseCreatableTopicResult(
                 name=t.name, topic_id=ZERO_UUID, error_code=int(code), error_message=msg,
                 num_partitions=-1, replication_factor=-1, configs=None))
             continue
+        n_topics += 1
+        n_parts += parts
         tid = topic_id_for(t.name)
         new.append(Topic(t.name, tid, parts))
         results.append(m.CreateTopicsResponseCreatableTopicResult(
@@ -342,6 +347,30 @@ def plan_create_topics(req, version: int, catalog: TopicCatalog) -> tuple:
     if not new or req.validate_only:
         return resp, None
     return resp, catalog.with_topics(*new)
+
+
+def _check_capacity(limits: CatalogLimits, n_topics: int, n_parts: int, parts: int) -> tuple:
+    if n_topics + 1 > limits.max_topics:
+        return (E.POLICY_VIOLATION, "the topic catalog holds %d topics, the most this node "
+                "allows (--max-topics %d)" % (n_topics, limits.max_topics))
+    if n_parts + parts > limits.max_partitions:
+        return (E.POLICY_VIOLATION, "%d more partitions would take the topic catalog to %d, "
+                "over the %d this node allows (--max-partitions)"
+                % (parts, n_parts + parts, limits.max_partitions))
+    return 0, None
+
+
+def check_catalog_limits(catalog: TopicCatalog, limits: CatalogLimits) -> Optional[str]:
+    """Why ``catalog`` (the topics given at startup merged into the stored ones) is over
+    ``limits``, or None."""
+    n_parts = sum(t.partitions for t in catalog)
+    if len(catalog) > limits.max_topics:
+        return ("the topic catalog has %d topics, over --max-topics %d"
+                % (len(catalog), limits.max_topics))
+    if n_parts > limits.max_partitions:
+        return ("the topic catalog has %d partitions in all, over --max-partitions %d"
+                % (n_parts, limits.max_partitions))
+    return None
 
 
 def _check_creatable(t, version: int, catalog: TopicCatalog, counts: dict) -> tuple:

@@ -30,6 +30,8 @@ from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
 from groupcoord.server.connection import Connection
+from groupcoord.server.flow import DEFAULT_QUEUED_MAX_REQUEST_BYTES, RequestBytesPool
+from groupcoord.server.metadata_cache import MetadataCache
 
 __all__ = ["Server", "ServerConfig"]
 
@@ -47,10 +49,14 @@ class ServerConfig:
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
     max_in_flight_per_connection: int = 1000
     write_buffer_high: int = 1 << 20        # pause reading above this many unsent bytes
+    max_queued_response_bytes: int = 4 << 20   # per connection: responses not yet written
+    requests_per_turn: int = 64             # per connection and loop turn
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES   # Kafka's name
     fetch_max_wait_cap_ms: int = 300_000    # an empty Fetch is held min(MaxWaitMs, this)
     shutdown_grace_ms: int = 5_000
     backlog: int = 1024
     cluster_id: Optional[str] = None        # overrides the stored one (tests)
+    catalog_limits: N.CatalogLimits = N.CatalogLimits()     # CreateTopics: off by default
 
 
 class Server:
@@ -60,6 +66,8 @@ class Server:
         self.store = store
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.node: Optional[N.NodeState] = None
+        self.request_pool: Optional[RequestBytesPool] = None   # queued.max.request.bytes
+        self.metadata_cache: Optional[MetadataCache] = None
         self.connections: set = set()
         self.stopping = False
         self.address: Optional[tuple] = None
@@ -75,11 +83,13 @@ class Server:
         cfg = self.config
         self.loop = asyncio.get_running_loop()
         self._topics_lock = asyncio.Lock()
+        self.request_pool = RequestBytesPool(cfg.queued_max_request_bytes, self.loop)
         cluster_id = cfg.cluster_id or load_or_create_cluster_id(cfg.data_dir)
         ranges = N.node_api_ranges(supported_versions(), self.coordinator.serves)
         coord = self.coordinator
         self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
                                 lambda: coord.topics, ranges)
+        self.metadata_cache = MetadataCache(self.node, self.loop)
         self._srv = await self.loop.create_server(
             lambda: Connection(self), cfg.host, cfg.port, backlog=cfg.backlog,
             reuse_address=True)
@@ -166,7 +176,8 @@ class Server:
             now = self.loop.time()
             for c in list(self.connections):
                 # A connection waiting for a response (a parked JoinGroup) is not idle.
-                if not c.in_flight() and now - c.last_active > limit:
+                # Nor is one waiting for request memory (flow.py): that wait is ours.
+                if not c.in_flight() and not c.throttled and now - c.last_active > limit:
                     c.close("idle for more than %d ms (connections max idle); closed"
                             % self.config.connections_max_idle_ms)
 
@@ -174,7 +185,8 @@ class Server:
     async def create_topics(self, req, version: int):
         # Serialised: two concurrent creates must both see each other's topics.
         async with self._topics_lock:
-            resp, new = N.plan_create_topics(req, version, self.coordinator.topics)
+            resp, new = N.plan_create_topics(req, version, self.coordinator.topics,
+                                             self.config.catalog_limits)
             if new is None:
                 return resp
             created = [r for r in resp.topics if r.error_code == 0]
