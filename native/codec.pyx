@@ -10,6 +10,14 @@
 #                response header is always v0 so that any client can parse it) | body
 # The *_frame functions below take/return frames; decode takes a frame without its size
 # prefix (FrameSplitter strips it), encode returns it with the prefix.
+#
+# Trailing bytes: a request body may go on after the last field its version defines (a client
+# that writes a newer layout, or librdkafka's Metadata v9+ "all topics" request, which leaves 3
+# stale bytes behind its null topic array). Kafka reads the fields it knows and ignores the
+# rest, and so do we; decode_request_frame reports how many bytes it ignored in
+# header.trailing_bytes (0 on a plain RequestHeader; a TrailingRequestHeader otherwise, so the
+# common case builds the same 4-field header as before). Responses and embedded formats stay strict: they come from our own
+# server or are written by us, so bytes left over there mean a codec bug (docs/decisions.md).
 from cpython.buffer cimport PyBuffer_Release
 from cpython.ref cimport PyObject
 from groupcoord._native.krpc cimport *
@@ -17,6 +25,7 @@ from groupcoord._native.krpc import DecodeError, UnsupportedVersionError, Encode
 import groupcoord.protocol.messages as _m
 
 cdef object C_RequestHeader = _m.RequestHeader
+cdef object C_TrailingRequestHeader = _m.TrailingRequestHeader
 
 cdef int API_VERSIONS = 18
 cdef PyObject* _fast[128][32]      # borrowed references; _codecs owns them
@@ -73,13 +82,14 @@ cdef inline int _no_trailing(Reader* r) except -1:
     return 0
 
 
-cdef object _decode_body(dec_fn fn, object data):
+cdef object _decode_body(dec_fn fn, object data, bint strict):
     cdef Reader r
     cdef Py_buffer view
     cdef int taken = reader_from_object(&r, data, &view)
     try:
         msg = fn(&r)
-        _no_trailing(&r)
+        if strict:
+            _no_trailing(&r)
         return msg
     finally:
         if taken:
@@ -117,12 +127,14 @@ cdef bytes _encode_body(enc_fn fn, object msg):
 
 cdef class MessageCodec:
     def decode_request(self, data):
-        """Decode a request body (no header) of this api version."""
-        return _decode_body(self.dec_req, data)
+        """Decode a request body (no header) of this api version; bytes after the last field
+        are ignored, as Kafka does."""
+        return _decode_body(self.dec_req, data, False)
 
     def decode_response(self, data):
-        """Decode a response body (no header) of this api version."""
-        return _decode_body(self.dec_resp, data)
+        """Decode a response body (no header) of this api version; trailing bytes are a
+        DecodeError."""
+        return _decode_body(self.dec_resp, data, True)
 
     def encode_request(self, msg):
         """Encode a request body (no header)."""
@@ -149,7 +161,7 @@ cdef class MessageCodec:
 
 cdef class DataCodec:
     def decode(self, data):
-        return _decode_body(self.dec, data)
+        return _decode_body(self.dec, data, True)
 
     def decode_from(self, data, Py_ssize_t offset=0):
         """Decode starting at offset, tolerating trailing bytes (the forward-compatibility
@@ -205,6 +217,7 @@ def supported_versions():
 def decode_request_frame(data):
     """Decode one request frame (without its 4-byte size prefix) into (RequestHeader, body).
 
+    Bytes after the body's last field are ignored and counted in header.trailing_bytes.
     Raises UnsupportedVersionError (with .api_key, .api_version, .correlation_id) for an api
     this node does not speak, and DecodeError for malformed bytes; once the header has been
     read, the DecodeError carries it as .header so the caller can answer the request.
@@ -236,7 +249,8 @@ def decode_request_frame(data):
             skip_tagged_fields(&r)
         header = C_RequestHeader(api_key, version, corr, client_id)
         body = c.dec_req(&r)
-        _no_trailing(&r)
+        if r.pos != r.end:              # rare; the common case pays this one compare
+            header = C_TrailingRequestHeader(api_key, version, corr, client_id, r.end - r.pos)
         return header, body
     except DecodeError as e:
         e.header = header

@@ -695,21 +695,35 @@ def test_huge_tag_count_terminates():
 
 @pytest.mark.parametrize("name,version", API_CASES, ids=list(_ids(API_CASES)))
 def test_trailing_bytes_after_a_complete_body(name, version):
+    # Requests: read as Kafka reads them, the fields the version has, the rest ignored
+    # (tests/test_codec_tolerance.py has the full matrix). Responses stay strict.
     cls = getattr(M, name)
     for msg in _samples(name, version, 1):
         body = P.encode(msg, version)
         for extra in (b"\x00", b"\xff" * 7):
+            if SPECS[name].type == "request":
+                assert P.decode(cls, body + extra, version) == msg
+                continue
             e = decode_fails(P.DecodeError, cls, body + extra, version)
             assert e.offset == len(body) and e.field == "<end of message>", e
             assert "trailing" in str(e)
 
 
-def test_trailing_bytes_after_a_request_frame_carry_the_header():
-    frame = P.encode_request_frame(M.HeartbeatRequest(group_id="g", member_id="m"), 4, 5, "c")
+def test_trailing_bytes_after_a_request_frame_are_counted_in_the_header():
+    msg = M.HeartbeatRequest(group_id="g", member_id="m")
+    frame = P.encode_request_frame(msg, 4, 5, "c")
+    assert P.decode_request_frame(frame[4:]) == (P.RequestHeader(12, 4, 5, "c"), msg)
+    header, body = P.decode_request_frame(frame[4:] + b"\x00\x01\x02")
+    assert header == P.TrailingRequestHeader(12, 4, 5, "c", trailing_bytes=3) and body == msg
+    assert isinstance(header, P.RequestHeader)
+
+
+def test_trailing_bytes_after_a_response_frame_are_rejected():
+    frame = P.encode_response_frame(M.HeartbeatResponse(), 4, 5)
+    assert P.decode_response_frame(frame[4:], 12, 4) == (5, M.HeartbeatResponse())
     with pytest.raises(P.DecodeError) as ei:
-        P.decode_request_frame(frame[4:] + b"\x00")
-    assert ei.value.header == P.RequestHeader(12, 4, 5, "c")
-    assert ei.value.offset == len(frame) - 4
+        P.decode_response_frame(frame[4:] + b"\x00", 12, 4)
+    assert ei.value.offset == len(frame) - 4 and "trailing" in str(ei.value)
 
 
 def test_body_decode_error_in_a_frame_carries_the_header():

@@ -74,9 +74,17 @@ def generate_messages_py(specs: dict, native_modules: list) -> str:
            "ZERO_UUID = %r" % ZERO_UUID,
            "NATIVE_MODULES = %r" % (native_modules,), "", "",
            "class RequestHeader(msgspec.Struct, gc=False):",
-           '    """Request header v1/v2 (v2 adds tagged fields, none of which we keep)."""',
+           '    """Request header v1/v2 (v2 adds tagged fields, none of which we keep).',
+           "",
+           "    trailing_bytes (not on the wire) counts the bytes decode_request_frame ignored",
+           "    after the last field of the body: 0 here; a body with some gets a",
+           '    TrailingRequestHeader, so that the usual header carries no extra field."""',
+           "    trailing_bytes: ClassVar[int] = 0",
            "    api_key: int", "    api_version: int", "    correlation_id: int",
-           "    client_id: Optional[str] = None", "", ""]
+           "    client_id: Optional[str] = None", "", "",
+           "class TrailingRequestHeader(RequestHeader, gc=False):",
+           '    """The header of a request whose body went on after its last field."""',
+           "    trailing_bytes: int = 0", "", ""]
     names = []
     for spec in sorted(specs.values(), key=lambda s: s.name):
         for sd in spec.all_structs():
@@ -93,7 +101,8 @@ def generate_messages_py(specs: dict, native_modules: list) -> str:
             extra.insert(0, "API_KEY: ClassVar[int] = %d" % spec.api_key)
         _emit_class(out, spec.name, spec.fields, extra)
         names.append(spec.name)
-    out.append("__all__ = %r" % (sorted(names) + ["RequestHeader", "ZERO_UUID"],))
+    out.append("__all__ = %r" % (sorted(names) + ["RequestHeader", "TrailingRequestHeader",
+                                                  "ZERO_UUID"],))
     out.append("")
     return "\n".join(out)
 
