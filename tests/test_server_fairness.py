@@ -7,6 +7,7 @@ over the test double, on uvloop and on the stock asyncio loop.
 Every test asserts behaviour (answers, their order, the server's own counters); the probe
 latencies are printed (pytest -s) for docs/benchmarks-server.md, never asserted."""
 import asyncio
+import functools
 import logging
 import random
 import statistics
@@ -17,13 +18,14 @@ import pytest
 
 import groupcoord.protocol as P
 from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.flow import LOG_INTERVAL, SMALL_FRAME_BYTES, RequestBytesPool
 from groupcoord.server.metadata_cache import (INLINE_PARTITIONS, MetadataCache,
                                               response_frame)
 from server_client import WireClient
 from server_double import CoordinatorDouble
-from server_fixtures import LOOPS, run_on, serving
+from server_fixtures import LOOPS, make_coordinator, run_on, serving
 
 M = P.messages
 READ_MAX = 256 << 10          # the most either loop reads from a socket at once
@@ -424,3 +426,143 @@ def test_metadata_for_a_big_catalog_on_the_wire_leaves_the_probe_answered(loop_k
                 assert len(body.topics) == 1000
             await c.close()
     run_on(loop_kind, go, timeout=120)
+
+
+# ---------------------------------------------------------- OffsetCommit over message.max.bytes
+@functools.lru_cache(maxsize=None)
+def _commit_frame(n: int, version: int, corr: int, group="hostile", member="", epoch=-1,
+                  metadata=None) -> bytes:
+    """An OffsetCommit frame (with its size prefix) of n partitions of one topic."""
+    parts = [M.OffsetCommitRequestPartition(partition_index=i, committed_offset=i,
+                                            committed_metadata=metadata) for i in range(n)]
+    req = M.OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=epoch,
+                                member_id=member,
+                                topics=[M.OffsetCommitRequestTopic(name="good",
+                                                                   partitions=parts)])
+    return P.encode_request_frame(req, version, corr, "big-commit")
+
+
+def _send_commit(c, frame: bytes, version: int) -> None:
+    corr = struct.unpack(">i", frame[8:12])[0]
+    c.pending[corr] = (8, version)
+    c.send_raw(frame)
+
+
+def _codes(resp) -> list:
+    return [(t.name, p.partition_index, p.error_code) for t in resp.topics
+            for p in t.partitions]
+
+
+@pytest.fixture
+def decoded(monkeypatch):
+    """Sizes of the frames the server decoded into messages."""
+    from groupcoord.server import connection
+    sizes = []
+    real = connection.decode_request_frame
+
+    def spy(frame):
+        sizes.append(len(frame))
+        return real(frame)
+    monkeypatch.setattr(connection, "decode_request_frame", spy)
+    return sizes
+
+
+@pytest.mark.parametrize("kind", ["double", "real"])
+def test_a_million_partition_commit_is_refused_whole_without_being_decoded(kind, tmp_path,
+                                                                            decoded):
+    coord = make_coordinator(kind, tmp_path)
+    n = 1_000_000
+    frames = {v: _commit_frame(n, v, 100 + v) for v in (7, 8)}
+
+    async def go():
+        async with serving(coord) as srv:
+            c = await WireClient.connect(*srv.address)
+            for version, frame in frames.items():
+                # pipelined behind it: answered after it, in request order
+                _send_commit(c, frame, version)
+                after = c.send(M.ApiVersionsRequest(), 3)
+                corr, resp = await c.recv(timeout=60)
+                assert corr == 100 + version
+                assert _codes(resp) == [("good", i, E.INVALID_COMMIT_OFFSET_SIZE)
+                                        for i in range(n)]
+                corr, resp = await c.recv()
+                assert corr == after and resp.error_code == 0
+            # nothing was written: the group has no offset
+            fetch = await c.call(M.OffsetFetchRequest(groups=[M.OffsetFetchRequestGroup(
+                group_id="hostile", topics=[M.OffsetFetchRequestTopics(
+                    name="good", partition_indexes=[0, n - 1])])]), 8)
+            assert [p.committed_offset for p in fetch.groups[0].topics[0].partitions] == \
+                [-1, -1]
+            await c.close()
+    run_on("uvloop", go, timeout=120)
+    assert max(decoded) < 1 << 20          # the big frames were never decoded
+
+
+@pytest.mark.parametrize("kind", ["double", "real"])
+def test_a_big_commit_of_a_member_the_group_refuses_gets_the_groups_error(kind, tmp_path,
+                                                                           decoded):
+    coord = make_coordinator(kind, tmp_path)
+    n = 100_000                            # a 1.8 MB frame: over message.max.bytes
+
+    async def go():
+        async with serving(coord) as srv:
+            c = await WireClient.connect(*srv.address)
+            hb = await c.call(M.ConsumerGroupHeartbeatRequest(
+                group_id="cg", member_id="m1", member_epoch=0, rebalance_timeout_ms=10_000,
+                subscribed_topic_names=["orders"], topic_partitions=[]), 0)
+            assert hb.error_code == 0 and hb.member_epoch > 0
+            cases = [("m1", hb.member_epoch + 1, E.STALE_MEMBER_EPOCH),      # fenced epoch
+                     ("stranger", hb.member_epoch, E.UNKNOWN_MEMBER_ID),
+                     ("m1", hb.member_epoch, E.INVALID_COMMIT_OFFSET_SIZE)]
+            for i, (member, epoch, code) in enumerate(cases):
+                _send_commit(c, _commit_frame(n, 9, 300 + i, "cg", member, epoch), 9)
+                corr, resp = await c.recv(timeout=60)
+                assert corr == 300 + i
+                assert _codes(resp) == [("good", p, code) for p in range(n)], member
+            await c.close()
+    run_on("uvloop", go, timeout=120)
+    assert max(decoded) < 1 << 20
+
+
+def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_path, decoded):
+    # 2 MB of metadata over offset.metadata.max.bytes: a frame over message.max.bytes whose
+    # records fit; the per-partition answers only the handler gives.
+    coord = CoordinatorDouble(catalog(1, 3))
+    big = "m" * 200_000
+
+    async def go():
+        async with serving(coord) as srv:
+            c = await WireClient.connect(*srv.address)
+            req = M.OffsetCommitRequest(group_id="fits", topics=[M.OffsetCommitRequestTopic(
+                name="good", partitions=[M.OffsetCommitRequestPartition(
+                    partition_index=i, committed_offset=10 + i,
+                    committed_metadata=big if i % 2 else "ok") for i in range(20)])])
+            resp = await c.call(req, 8)
+            assert _codes(resp) == [("good", i, E.OFFSET_METADATA_TOO_LARGE if i % 2 else 0)
+                                    for i in range(20)]
+            fetch = await c.call(M.OffsetFetchRequest(groups=[M.OffsetFetchRequestGroup(
+                group_id="fits", topics=[M.OffsetFetchRequestTopics(
+                    name="good", partition_indexes=[0, 1, 2])])]), 8)
+            assert [p.committed_offset for p in fetch.groups[0].topics[0].partitions] == \
+                [10, -1, 12]
+            await c.close()
+    run_on("uvloop", go, timeout=60)
+    assert max(decoded) > 2_000_000        # scanned first, then decoded
+
+
+def test_a_malformed_big_commit_closes_the_connection_as_a_decoded_one_would(decoded):
+    coord = CoordinatorDouble(catalog(1, 3))
+    frame = bytearray(_commit_frame(100_000, 8, 5, metadata="ok"))
+    at = len(frame) - 4                    # the last partition's metadata: "ok" -> "o\xff"
+    assert frame[at - 1:at + 1] == b"ok"
+    frame[at] = 0xFF
+
+    async def go():
+        async with serving(coord) as srv:
+            c = await WireClient.connect(*srv.address)
+            first = c.send(M.ApiVersionsRequest(), 3)
+            c.send_raw(bytes(frame))
+            assert (await c.recv())[0] == first
+            assert await c.closed()
+    run_on("uvloop", go, timeout=60)
+    assert max(decoded) < 1 << 20

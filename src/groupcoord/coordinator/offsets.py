@@ -15,7 +15,11 @@ partition: it is written in every record), metadata is at most offset.metadata.m
 (OFFSET_METADATA_TOO_LARGE), and the commit's records form one batch of at most
 message.max.bytes, or none is written (INVALID_COMMIT_OFFSET_SIZE, as Kafka maps a too large
 commit append); a commit too large by its partition count alone is refused before any
-per-partition work.
+per-partition work. A commit whose frame exceeds message.max.bytes is not even decoded first:
+the server scans it (native/commit_scan.pyx) and sends an ``OffsetCommitShape`` through the
+shard queue; ``commit_shape_error`` decides from the shape alone whether the whole request is
+refused (the group's error, or INVALID_COMMIT_OFFSET_SIZE), and only a commit it lets through
+is decoded and handled as usual.
 
 Retention (Kafka 2.1+, KIP-211; docs/coordinator.md "Offsets retention and expiry of empty
 groups"). A periodic timer (``RETENTION``, every offsets.retention.check.interval.ms, armed by
@@ -48,6 +52,8 @@ from __future__ import annotations
 import logging
 from itertools import islice
 
+import msgspec
+
 from groupcoord.coordinator import limits
 from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
@@ -57,7 +63,8 @@ from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "RETENTION", "RetentionProgress",
            "retention_timer", "RETENTION_SCAN_MAX", "RETENTION_EXPIRE_MAX",
-           "RETENTION_CONTINUE_MS"]
+           "RETENTION_CONTINUE_MS", "OffsetCommitShape", "commit_shape", "commit_shape_error",
+           "shape_code"]
 
 log = logging.getLogger("groupcoord.coordinator")
 
@@ -81,11 +88,18 @@ def _commit_too_large(req, limit: int) -> bool:
     """Whether the commit's records cannot fit in one batch of ``limit`` bytes, from a lower
     bound (each partition's record without its metadata) counted in O(topics): a commit of a
     million partitions is refused before any per-partition work."""
-    gbytes = len(req.group_id.encode("utf-8", "surrogatepass"))
+    return _records_over(req.group_id, ((t.name, len(t.partitions)) for t in req.topics),
+                         limit)
+
+
+def _records_over(group_id: str, topics, limit: int) -> bool:
+    """Whether one batch of the records of ``topics`` ((name, record count), ...) exceeds
+    ``limit`` bytes, each record counted at its smallest (no metadata, minimal framing)."""
+    gbytes = len(group_id.encode("utf-8", "surrogatepass"))
     total = limits.BATCH_OVERHEAD
-    for t in req.topics:
-        per = limits.RECORD_OVERHEAD_MIN + _KEY_FIXED + gbytes + len(t.name) + _VALUE_MIN
-        total += per * len(t.partitions)
+    for name, n in topics:
+        per = limits.RECORD_OVERHEAD_MIN + _KEY_FIXED + gbytes + len(name) + _VALUE_MIN
+        total += per * n
         if total > limit:
             return True
     return False
@@ -98,6 +112,8 @@ _VALUE_MIN = 24
 
 
 def handle_offset_commit(shard, req: m.OffsetCommitRequest, ctx: RequestContext) -> Result:
+    if type(req) is OffsetCommitShape:
+        return _handle_commit_shape(shard, req, ctx)
     err = int(_commit_error(shard, req, ctx))
     cfg = shard.config
     batch_max = cfg.message_max_bytes
@@ -153,6 +169,63 @@ def handle_offset_commit(shard, req: m.OffsetCommitRequest, ctx: RequestContext)
                     p.error_code = too_large
         return Result(m.OffsetCommitResponse(topics=topics))
     return Result(m.OffsetCommitResponse(topics=topics), tuple(records))
+
+
+# ------------------------------------------------- OffsetCommit scanned instead of decoded
+class OffsetCommitShape(m.OffsetCommitRequest, gc=False):
+    """An OffsetCommit the server scanned instead of decoding (a frame over message.max.bytes:
+    server/connection.py): its header fields, and ``topic_shapes``, per topic (name, partition
+    count, metadata bytes). ``topics`` holds one probe partition, not the request's.
+
+    It travels as the OffsetCommit it stands for (api key 8: the coordinator's routing by
+    group id, limits.check_request's group id bound, the shard's queue and the order of the
+    shard's other requests), and handle_offset_commit answers it with commit_shape_error. It
+    writes nothing and changes nothing. Every answer it can get, from the handler or from the
+    runtime (the shard not serving, failed before answering, a refused bound), is
+    ``error_response(shape, version, code)``: the probe partition carries the code
+    (``shape_code``)."""
+    topic_shapes: list = msgspec.field(default_factory=list)
+
+
+def commit_shape(group_id: str, generation_id_or_member_epoch: int, member_id: str,
+                 group_instance_id, retention_time_ms: int, topics: list) -> OffsetCommitShape:
+    """The shape of a scanned commit (the fields of commit_scan.scan_offset_commit after its
+    header, in its order)."""
+    probe = [m.OffsetCommitRequestTopic(name="", partitions=[
+        m.OffsetCommitRequestPartition(partition_index=-1)])]
+    return OffsetCommitShape(group_id=group_id,
+                             generation_id_or_member_epoch=generation_id_or_member_epoch,
+                             member_id=member_id, group_instance_id=group_instance_id,
+                             retention_time_ms=retention_time_ms, topics=probe,
+                             topic_shapes=topics)
+
+
+def shape_code(resp: m.OffsetCommitResponse) -> int:
+    """The whole-request error code of an answer to an OffsetCommitShape (0: decode the
+    commit and handle it as usual)."""
+    return resp.topics[0].partitions[0].error_code
+
+
+def commit_shape_error(shard, shape: OffsetCommitShape, ctx: RequestContext) -> int:
+    """The error refusing the whole scanned commit, or 0 when it must be decoded and handled
+    as usual. As handle_offset_commit decides before any per-partition work: the group's
+    check first (every partition gets the group's error, as Kafka answers a request whose
+    group check fails), then the lower bound of its records against message.max.bytes
+    (INVALID_COMMIT_OFFSET_SIZE), with each topic counted at least one record, so that a
+    million topics without partitions are refused as well (their answer lists no partition:
+    the code shows nowhere, and nothing is written either way)."""
+    err = int(_commit_error(shard, shape, ctx))
+    if err:
+        return err
+    if _records_over(shape.group_id, ((name, max(n, 1)) for name, n, _meta in
+                                      shape.topic_shapes), shard.config.message_max_bytes):
+        return int(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+    return 0
+
+
+def _handle_commit_shape(shard, shape: OffsetCommitShape, ctx: RequestContext) -> Result:
+    from groupcoord.coordinator.shard import error_response
+    return Result(error_response(shape, ctx.version, commit_shape_error(shard, shape, ctx)))
 
 
 # ----------------------------------------------------------------------------- OffsetFetch

@@ -4,7 +4,11 @@
         node API (node.py)        answered inline (Fetch may be held for MaxWaitMs)
         Metadata                  bytes from the MetadataCache (a job when it must build)
         group API                 coordinator.submit(...) in a task of its own
+        OffsetCommit frame over   scanned, not decoded: its shard refuses it whole (answer
+          message.max.bytes       written from the frame) or it is decoded as any other
         CreateTopics              Server.create_topics(...) in a task of its own
+        CreatePartitions,         catalog.create_partitions / delete_topics(...), the same
+          DeleteTopics
 
 Ordering. Kafka clients pipeline requests and match responses by position as much as by
 correlation id, so responses leave in REQUEST ORDER. Every request that will be answered gets a
@@ -49,11 +53,16 @@ from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Optional
 
+from groupcoord._native.commit_scan import (OFFSET_COMMIT, VERSIONS as _SCAN_VERSIONS,
+                                            offset_commit_error_frame, scan_offset_commit)
+from groupcoord.coordinator import offsets
+from groupcoord.coordinator.config import ShardConfig
 from groupcoord.protocol import (DecodeError, EncodeError, FrameSplitter, FrameTooLargeError,
                                  ProtocolError, UnsupportedVersionError, decode_request_frame,
                                  encode_response_frame)
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
+from groupcoord.server.catalog import create_partitions, delete_topics
 from groupcoord.server.flow import SMALL_FRAME_BYTES
 from groupcoord.server.metadata_cache import response_frame
 
@@ -66,6 +75,14 @@ log = logging.getLogger("groupcoord.server")
 
 REQUEST_BYTES_PER_TURN = 1 << 20    # with requests_per_turn: the work taken per loop turn
 WRITE_BYTES_PER_TURN = 1 << 20      # the most one flush copies into the transport
+
+
+def _commit_scan_threshold(coord) -> int:
+    """The frame size over which an OffsetCommit is scanned before it is decoded: the shards'
+    message.max.bytes (the runtime's RuntimeConfig.shard_config; a coordinator without one,
+    a test double, has the default). A smaller frame decodes in a few ms at most."""
+    cfg = getattr(getattr(coord, "config", None), "shard_config", None)
+    return (cfg if isinstance(cfg, ShardConfig) else ShardConfig()).message_max_bytes
 
 
 def _peer_name(transport) -> tuple:
@@ -83,7 +100,8 @@ class Connection(asyncio.Protocol):
                  "_dispatch", "admitted", "_pool", "_meta", "_frames", "_frames_bytes",
                  "_pushed", "_popped", "_proc_scheduled", "_broken", "_job", "_out",
                  "_queued_bytes", "_max_queued", "_per_turn", "_prefix", "_partial_size",
-                 "_grant", "_grant_frame", "_mem_wait", "_want_size", "_pool_bytes")
+                 "_grant", "_grant_frame", "_mem_wait", "_want_size", "_pool_bytes",
+                 "_scan_over")
 
     def __init__(self, server: "Server"):
         cfg = server.config
@@ -131,6 +149,7 @@ class Connection(asyncio.Protocol):
         self._mem_wait = False
         self._want_size = 0
         self._pool_bytes = 0                 # what this connection counts in the pool
+        self._scan_over = _commit_scan_threshold(self._coord)
         self._dispatch = {
             N.API_VERSIONS: self._api_versions,
             N.METADATA: self._metadata,
@@ -139,6 +158,9 @@ class Connection(asyncio.Protocol):
             N.FETCH: self._fetch,
             N.PRODUCE: self._produce,
             N.CREATE_TOPICS: self._create_topics,
+            N.DESCRIBE_CLUSTER: self._inline(N.describe_cluster),
+            N.CREATE_PARTITIONS: partial(self._catalog_change, create_partitions),
+            N.DELETE_TOPICS: partial(self._catalog_change, delete_topics),
         }
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -356,7 +378,15 @@ class Connection(asyncio.Protocol):
         self._pause_reading()
 
     # ------------------------------------------------------------------ requests
+    # (client id, api key) pairs whose trailing request bytes were logged, process-wide;
+    # emptied when full, so client ids cannot grow it without bound.
+    _trailing_logged: set = set()
+
     def _on_frame(self, frame: bytes):
+        if (len(frame) > self._scan_over and frame[0] == 0 and frame[1] == OFFSET_COMMIT
+                and _SCAN_VERSIONS[0] <= (frame[2] << 8 | frame[3]) <= _SCAN_VERSIONS[1]):
+            self._large_commit(frame)
+            return
         try:
             header, req = decode_request_frame(frame)
         except UnsupportedVersionError as e:
@@ -369,6 +399,17 @@ class Connection(asyncio.Protocol):
             self._bad("unreadable request (%s); closing" % e)
             return
         key = header.api_key
+        if header.trailing_bytes and log.isEnabledFor(logging.DEBUG):
+            # Read and ignored, as Kafka does (librdkafka's Metadata "all topics" has 3).
+            seen = Connection._trailing_logged
+            if (header.client_id, key) not in seen:
+                if len(seen) >= 4096:
+                    seen.clear()
+                seen.add((header.client_id, key))
+                self._warn("%s v%d request from client id %r has %d byte(s) after its last "
+                           "field; ignored (logged once per client id and api)"
+                           % (type(req).__name__[:-len("Request")], header.api_version,
+                              header.client_id, header.trailing_bytes), debug=True)
         fn = self._dispatch.get(key)
         if fn is not None:
             fn(req, header)
@@ -379,22 +420,82 @@ class Connection(asyncio.Protocol):
             self._bad("api key %d (%s) is not served by this node; closing"
                       % (key, type(req).__name__[:-len("Request")]))
 
-    def _group_request(self, req, header, key):
+    def _group_request(self, req, header, key, slot=None):
         # submit_nowait answers at once what needs no waiting (a steady heartbeat): no task
         # per request on the hot path; otherwise a future completes the slot later.
+        # slot: the one the request already holds (a large commit, after its scan).
+        res = self._submit(req, header)
+        if isinstance(res, asyncio.Future):
+            if slot is None:
+                slot = self._new_slot()
+            res.add_done_callback(partial(self._submitted, slot, key, header.api_version,
+                                          header.correlation_id))
+        elif slot is None:
+            self._answer(res, header.api_version, header.correlation_id)
+        else:
+            data = self._encode(res, header.api_version, header.correlation_id)
+            if data is not None:
+                self._fill(slot, data)
+
+    def _submit(self, req, header):
         try:
-            res = self._coord.submit_nowait(req, header.api_version,
-                                            header.client_id or "", self.host)
+            return self._coord.submit_nowait(req, header.api_version, header.client_id or "",
+                                             self.host)
         except Exception as exc:          # a bug: answered as such, the connection goes on
             fut = self._loop.create_future()
             fut.set_exception(exc)
-            res = fut
+            return fut
+
+    # ---- OffsetCommit frames over message.max.bytes
+    def _large_commit(self, frame: bytes):
+        """Scan the frame (native/commit_scan.pyx) instead of decoding it and ask its shard,
+        in the queue of its other requests, whether the whole commit is refused
+        (offsets.commit_shape_error): if so, the answer is written from the frame, with no
+        object per partition; if not (its records may fit in message.max.bytes), it is
+        decoded and handled as usual, its answer in the same slot."""
+        try:
+            scan = scan_offset_commit(frame)
+        except UnsupportedVersionError as e:
+            self._unsupported(e)
+            return
+        except DecodeError as e:
+            self._malformed(e)
+            return
+        except ProtocolError as e:
+            self._bad("unreadable request (%s); closing" % e)
+            return
+        header = scan[0]
+        slot = self._new_slot()
+        res = self._submit(offsets.commit_shape(*scan[1:]), header)
         if isinstance(res, asyncio.Future):
-            slot = self._new_slot()
-            res.add_done_callback(partial(self._submitted, slot, key, header.api_version,
-                                          header.correlation_id))
+            res.add_done_callback(partial(self._commit_checked, slot, frame, header))
         else:
-            self._answer(res, header.api_version, header.correlation_id)
+            self._commit_refused_or_run(slot, frame, header, offsets.shape_code(res))
+
+    def _commit_checked(self, slot, frame, header, fut):
+        if self.closing:
+            return
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if exc is None:
+            code = offsets.shape_code(fut.result())
+        else:
+            log.error("request from %s (OffsetCommit v%d, scanned) failed", self.peer,
+                      header.api_version,
+                      exc_info=exc if not isinstance(exc, asyncio.CancelledError) else None)
+            code = E.UNKNOWN_SERVER_ERROR
+        self._commit_refused_or_run(slot, frame, header, code)
+
+    def _commit_refused_or_run(self, slot, frame, header, code):
+        if code:
+            self._fill(slot, offset_commit_error_frame(frame, code))
+            return
+        try:
+            header, req = decode_request_frame(frame)
+        except ProtocolError as e:        # the scan read these bytes: a bug on our side
+            self._bad("OffsetCommit v%d passed the scan but not the decoder (%s); closing"
+                      % (header.api_version, e), level=logging.ERROR)
+            return
+        self._group_request(req, header, header.api_key, slot)
 
     def _unsupported(self, e: UnsupportedVersionError):
         corr = getattr(e, "correlation_id", None)
@@ -510,6 +611,14 @@ class Connection(asyncio.Protocol):
         slot = self._new_slot()
         task = self._loop.create_task(self.server.create_topics(req, header.api_version))
         task.add_done_callback(partial(self._submitted, slot, N.CREATE_TOPICS,
+                                       header.api_version, header.correlation_id))
+
+    def _catalog_change(self, fn, req, header):
+        # CreatePartitions / DeleteTopics (catalog.py): a task, as CreateTopics.
+        slot = self._new_slot()
+        task = self._loop.create_task(fn(self.server, req, header.api_version,
+                                         self._loop.time()))
+        task.add_done_callback(partial(self._submitted, slot, header.api_key,
                                        header.api_version, header.correlation_id))
 
     # ---- completion of tasks
