@@ -205,7 +205,7 @@ class OtherGroup(Group):
     def is_empty(self):
         return False
 
-    def describe_classic(self):
+    def as_described_group(self, catalog):
         return m.DescribeGroupsResponseDescribedGroup(error_code=E.GROUP_ID_NOT_FOUND,
                                                       group_id=self.group_id)
 
@@ -970,11 +970,13 @@ def test_describe_and_list_per_state(client):
     d = c.send(m.DescribeGroupsRequest(groups=["g"]), 4).groups[0]
     assert (d.group_state, d.protocol_type, d.protocol_data) == \
         ("CompletingRebalance", "consumer", "")
+    # Kafka's: metadata and assignments only while Stable.
     assert [(x.member_id, x.client_id, x.member_metadata) for x in d.members] == \
-        [(ids[0], "c0", b"r"), (ids[1], "c1", b"r")]
+        [(ids[0], "c0", b""), (ids[1], "c1", b"")]
     sync_all(c, ids, gen)
     d = c.send(m.DescribeGroupsRequest(groups=["g"]), 0).groups[0]
     assert (d.group_state, d.protocol_data) == ("Stable", "range")
+    assert [x.member_metadata for x in d.members] == [b"r", b"r"]
     assert [x.member_assignment for x in d.members] == [b"a-" + i.encode() for i in ids]
     c.send(jreq(member=ids[0]), 5)
     d = c.send(m.DescribeGroupsRequest(groups=["g"]), 5).groups[0]

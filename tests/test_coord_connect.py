@@ -18,6 +18,7 @@ from groupcoord.coordinator import reconcile as rc
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import Result, TimerKey
+from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
@@ -1115,17 +1116,47 @@ def test_describe(coord):
         ("W1", None, 2, ["AC0", "AT1", "AT2"], ["AC0", "AT1", "AT2"]),
         ("W2", "http://w2", 2, ["BC0", "BT1"], ["BC0", "BT1"])]
     assert missing.error_code == E.GROUP_ID_NOT_FOUND
-    h.send(hb("W3", 0))
+    # W3 joins from a named client (the harness sends with empty ones).
+    res = h._pure(lambda: h.shard.handle(hb("W3", 0, instance_id="i-3"), h.now, None,
+                                         "worker-3", "10.0.0.3"))
+    h._apply(res)
     g = h.shard.group("g")
     assert g.state_name() == "Assigning"
     h.send(hb("W1", 2))
     w.compute("W1", 2)
+    h.send(hb("W1", 2, owned=["AC0", "AT1", "AT2"]))        # W1 must revoke AT2 for W3
     assert g.state_name() == "Reconciling"
+    # DescribeGroups describes it in classic Connect terms (docs/coordinator.md).
     c = h.send(m.DescribeGroupsRequest(groups=["g"]), 5).groups[0]
-    assert c.error_code == E.GROUP_ID_NOT_FOUND and c.protocol_type == "connect"
+    assert (c.error_code, c.group_id, c.group_state, c.protocol_type, c.protocol_data) == (
+        0, "g", "Reconciling", "connect", ICA)
+
+    def labels(ctls):
+        return sorted(("%sC0" % x.connector) if t == -1 else "%sT%d" % (x.connector, t + 1)
+                      for x in ctls for t in x.tasks)
+
+    got = {}
+    for x in c.members:
+        mv, md = embedded.decode_connect_metadata(x.member_metadata)
+        av, a = embedded.decode_connect_assignment(x.member_assignment)
+        alloc = embedded.decode_connect_assignment(md.allocation)[1]
+        assert (alloc.leader, alloc.config_offset, alloc.revoked) == ("W1", 1, [])
+        got[x.member_id] = (x.group_instance_id, x.client_id, x.client_host,
+                            (mv, md.url, md.config_offset, labels(alloc.assignment)),
+                            (av, a.error, a.leader, a.leader_url, a.config_offset,
+                             labels(a.assignment), labels(a.revoked), a.delay))
+    # Metadata: url, config offset, what it holds; assignment: what it is assigned, what it
+    # must revoke, the worker that computed (the leader in classic terms).
+    assert got == {
+        "W1": (None, "", "", (1, "", 1, ["AC0", "AT1", "AT2"]),
+               (1, 0, "W1", "", 1, ["AC0", "AT1"], ["AT2"], 0)),
+        "W2": (None, "", "", (1, "http://w2", 1, ["BC0", "BT1"]),
+               (1, 0, "W1", "", 1, ["BC0", "BT1"], [], 0)),
+        "W3": ("i-3", "worker-3", "10.0.0.3", (1, "", 1, []),
+               (1, 0, "W1", "", 1, [], [], 0))}
     lg = h.send(m.ListGroupsRequest(), 5).groups
-    assert [(x.group_id, x.group_type, x.protocol_type) for x in lg] == [("g", "connect",
-                                                                          "connect")]
+    assert [(x.group_id, x.group_type, x.protocol_type, x.group_state) for x in lg] == [
+        ("g", "connect", "connect", "Reconciling")]
 
 
 def test_offset_validation(coord):

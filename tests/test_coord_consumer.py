@@ -10,7 +10,7 @@ import pytest
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.reconcile import STABLE, UNRELEASED, UNREVOKED
-from groupcoord.coordinator.result import TimerKey
+from groupcoord.coordinator.result import TimerKey, is_durable
 from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -70,9 +70,9 @@ def epochs(h, gid="g"):
 
 
 def recs(h):
-    """The records of the last step: (type, member id, "T" for a tombstone)."""
+    """The durable records of the last step: (type, member id, "T" for a tombstone)."""
     out = []
-    for r in h.results[-1].records:
+    for r in filter(is_durable, h.results[-1].records):
         name = r.type.name.replace("CONSUMER_GROUP_", "")
         out.append((name, getattr(r.key, "member_id", ""), "T" if r.value is None else ""))
     return out
@@ -228,7 +228,7 @@ class OtherGroup(Group):
     def is_empty(self):
         return False
 
-    def describe_classic(self):
+    def as_described_group(self, catalog):
         return m.DescribeGroupsResponseDescribedGroup(group_id=self.group_id)
 
     def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
@@ -335,6 +335,7 @@ def test_stable_to_stable_heartbeat_writes_nothing(coord):
     h = make(coord)
     a = Client(h, "a")
     a.join()
+    a.hb()                                   # a reports what it started: confirmed
     res_before = len(h.results)
     resp = a.hb(report=False)
     assert resp.member_epoch == 1 and resp.assignment is None
@@ -455,6 +456,91 @@ def test_lost_heartbeat_response_previous_epoch(coord):
     resp = h.send(hb_request(member_id="b", member_epoch=1,
                              topic_partitions=tps(h, {})), 1)
     assert resp.error_code == E.FENCED_MEMBER_EPOCH and h.results[-1].records == ()
+
+
+@pytest.mark.parametrize("late", ["join", "heartbeat"])
+def test_assignment_is_repeated_until_the_member_confirms_it(coord, late):
+    """Finding 10 (tests/simulation), the liveness half: the first copy of a request the
+    member retried arrives after the retry was answered and after the partitions it waits
+    for were released; it is answered with them, and the answer is lost. The member saw its
+    retry answered, so its next heartbeats omit their owned set: the assignment must be
+    repeated until the member reports exactly it as owned, or it never runs them."""
+    h = make(coord)
+    a, b = two_members(h)
+    a.hb()                                   # a must revoke 3-5 (UNREVOKED at epoch 1)
+    if late == "heartbeat":
+        b.hb()                               # b heard epoch 2; its next heartbeat goes late
+    # b's retry (a full request after the broken connection) is answered first: a still
+    # holds 3-5, nothing for b yet.
+    retry = dict(JOIN) if late == "join" else dict(member_epoch=2, topic_partitions=[])
+    resp = h.send(hb_request(member_id="b", **retry), 1)
+    assert resp.member_epoch == 2
+    if late == "join":
+        assert resp.assignment.topic_partitions == []
+    else:
+        assert resp.assignment is None         # it owns what it is assigned: nothing
+    assert state(h, "b") == (2, 0, UNRELEASED, {}, {})
+    a.hb()                                   # a acknowledges: 3-5 are free
+    copy = dict(JOIN) if late == "join" else dict(member_epoch=2)
+    lost = h.send(hb_request(member_id="b", **copy), 1)    # the late first copy: lost
+    assert as_dict(h, lost.assignment.topic_partitions) == {"foo": [3, 4, 5]}
+    assert state(h, "b") == (2, 0, STABLE, {"foo": [3, 4, 5]}, {})
+    # b's next heartbeats carry no owned set (nothing changed for it): it is still told.
+    for _ in range(2):
+        resp = b.hb(report=False)
+        assert (resp.error_code, resp.member_epoch) == (0, 2)
+        assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [3, 4, 5]}
+        assert not recs(h)
+    # b starts them and reports them: confirmed, no longer repeated (the steady path again).
+    resp = b.hb()
+    assert resp.assignment is None and not recs(h)
+    resp = b.hb(report=False)
+    assert resp.assignment is None and h.results[-1].records == ()
+    assert group(h).state_name() == "Stable"
+
+
+def test_revocation_of_partitions_never_heard_of_is_acknowledged_by_an_owned_set(coord):
+    """Finding 10 (tests/simulation, liveness seed 502916), the safety half: the answer to a
+    late copy of a's heartbeat moved it to a new epoch with partitions it never heard of; a's
+    retry (at the previous epoch, reporting what it owns) is accepted and the target now
+    revokes those partitions. a owns exactly what it is told, so a Kafka-rule member would
+    send no owned set and be fenced by the revocation timeout while still running the rest:
+    as Kafka's coordinator, a heartbeat without owned partitions acknowledges nothing, and the
+    SDK's member therefore reports its owned set after every answer with an assignment."""
+    h = make(coord, consumer_session_timeout_ms=10_000_000)
+    a, b = two_members(h)
+    converge(h, [a, b])
+    b.leave()                                # target (next heartbeat): all of foo to a
+    lost = h.send(hb_request(member_id="a", member_epoch=2), 1)     # a late copy: lost
+    assert lost.member_epoch == 3
+    assert state(h, "a") == (3, 2, STABLE, {"foo": [0, 1, 2, 3, 4, 5]}, {})
+    c = Client(h, "c")
+    c.join()
+    assert epochs(h) == (4, 4) and target(h, "a") == {"foo": [0, 1, 2]}
+    # a's retry at epoch 2 with what it owns: the previous epoch, owned within the
+    # assignment: accepted; 3-5, which a never heard of, are to be revoked.
+    h.now = 1000
+    resp = h.send(hb_request(member_id="a", member_epoch=2, rebalance_timeout_ms=REBALANCE_MS,
+                             subscribed_topic_names=["foo"],
+                             topic_partitions=tps(h, {"foo": [0, 1, 2]})), 1)
+    assert resp.member_epoch == 3
+    assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [0, 1, 2]}
+    assert state(h, "a") == (3, 3, UNREVOKED, {"foo": [0, 1, 2]}, {"foo": [3, 4, 5]})
+    revocation = TimerKey("consumer-revocation", "g", "a")
+    assert timers(h)[revocation] == 1000 + REBALANCE_MS
+    # No owned set: nothing acknowledged (Kafka's rule); the assignment is repeated.
+    resp = h.send(hb_request(member_id="a", member_epoch=3), 1)
+    assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [0, 1, 2]}
+    assert state(h, "a")[2] == UNREVOKED and not recs(h)
+    assert c.hb().member_epoch == 4 and state(h, "c")[2] == UNRELEASED
+    # a reports what it owns (the SDK does after an answer with an assignment): acknowledged.
+    resp = h.send(hb_request(member_id="a", member_epoch=3,
+                             topic_partitions=tps(h, {"foo": [0, 1, 2]})), 1)
+    assert (resp.member_epoch, resp.assignment) == (4, None)
+    assert state(h, "a") == (4, 3, STABLE, {"foo": [0, 1, 2]}, {})
+    assert revocation not in timers(h)
+    resp = c.hb()
+    assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [3, 4, 5]}
 
 
 def test_three_members_one_to_three_and_back(coord):
@@ -713,9 +799,11 @@ def test_consumer_group_describe(coord):
     assert describe().group_state == "Assigning"
     a.leave()
     assert describe().group_state == "Empty"
-    # Classic DescribeGroups / ListGroups see it as a consumer group.
+    # Classic DescribeGroups / ListGroups see it as a consumer group (members described in
+    # ConsumerProtocol terms: tests/test_coord_admin.py).
     dg = h.send(m.DescribeGroupsRequest(groups=["g"])).groups[0]
-    assert (dg.error_code, dg.protocol_type) == (E.GROUP_ID_NOT_FOUND, "consumer")
+    assert (dg.error_code, dg.error_message, dg.group_state, dg.protocol_type,
+            dg.protocol_data, dg.members) == (0, None, "Empty", "consumer", "uniform", [])
     lg = h.send(m.ListGroupsRequest()).groups
     assert [(x.group_id, x.group_type, x.protocol_type, x.group_state) for x in lg] == \
         [("g", "consumer", "consumer", "Empty")]
@@ -813,7 +901,9 @@ def test_fast_path_with_owned_reported(coord):
     h = make(coord)
     a = Client(h, "a")
     a.join()
-    resp = a.hb()                            # owns exactly its assignment: nothing to say
+    resp = a.hb()                            # owns exactly its assignment: confirmed
+    assert resp.assignment is None and not recs(h)
+    resp = a.hb()                            # again: nothing to say, the fast path
     assert resp.assignment is None and h.results[-1].records == ()
     assert len(h.results[-1].timers) == 1
     # A duplicate hiding a missing partition is not "owns exactly": the assignment is resent.

@@ -23,7 +23,9 @@ from groupcoord.client.members_consumer_state import (JOINING, LEFT, STABLE, UNJ
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result)
 from groupcoord.coordinator.config import ShardConfig
+from groupcoord.coordinator.reconcile import STABLE as MEMBER_STABLE, UNREVOKED
 from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 T12 = "t12"
@@ -148,9 +150,10 @@ def test_consumer_state_heartbeat_fields_join_then_only_changes():
     resp = h.send(req, 1)
     assert sm.on_heartbeat_response(req, resp).ok and sm.epoch > 0
     req2 = sm.heartbeat_request()
-    # unchanged fields are null; the instance id is always sent; owned changed? not yet
+    # unchanged fields are null; the instance id is always sent; owned (nothing started
+    # yet) is reported because the answer carried an assignment
     assert (req2.subscribed_topic_names, req2.rebalance_timeout_ms, req2.topic_partitions,
-            req2.instance_id) == (None, -1, None, "i1")
+            req2.instance_id) == (None, -1, [], "i1")
     sm.on_heartbeat_response(req2, h.send(req2, 1))
     ledger = Ledger()
     reconcile(sm, ledger, "a")
@@ -249,6 +252,68 @@ def test_consumer_state_static_leave_and_return_keeps_the_assignment():
     settle(h, members, ledger)
     assert ledger.owned_by("a") == before and len(ledger.owned_by("b")) == 6
     assert ledger.revoked("b") == []
+    ledger.check()
+
+
+def test_consumer_state_reports_owned_after_every_answer_with_an_assignment():
+    """The coordinator repeats an assignment until an owned set confirms it, and only an owned
+    set acknowledges a revocation (docs/simulation.md, finding 10): the heartbeat after an
+    answer that carried an assignment reports the owned partitions even when the answer
+    changed nothing for the member; other heartbeats omit them."""
+    h = Harness(CONSUMER_CFG, CATALOG)
+    sm = ConsumerMemberState("g", topics=[T12])
+    ledger = Ledger()
+    settle(h, {"a": sm}, ledger)
+    req = sm.heartbeat_request()
+    assert req.topic_partitions is None
+    resp = h.send(req, 1)
+    assert resp.assignment is None
+    sm.on_heartbeat_response(req, resp)
+    # The same assignment again (as a repeat is): nothing to do, but the next heartbeat
+    # reports what the member owns; the one after it does not.
+    resp.assignment = m.ConsumerGroupHeartbeatResponseAssignment(topic_partitions=[
+        m.ConsumerGroupHeartbeatResponseTopicPartitions(topic_id=CATALOG.get(T12).topic_id,
+                                                        partitions=list(range(12)))])
+    req = sm.heartbeat_request()
+    assert sm.on_heartbeat_response(req, resp).ok and sm.state == STABLE
+    assert sm.next_reconciliation() is None and not sm.ack_pending
+    req = sm.heartbeat_request()
+    assert sum(len(tp.partitions) for tp in req.topic_partitions) == 12
+    sm.on_heartbeat_response(req, h.send(req, 1))
+    assert sm.heartbeat_request().topic_partitions is None
+
+
+def test_consumer_state_acknowledges_a_revocation_of_partitions_it_never_heard_of():
+    """Simulation finding 10 (liveness seed 502916) through the state machine: the answer to
+    a late copy of a's heartbeat moved it to a new epoch with partitions it never heard of;
+    a's retry is answered with a revocation of those, and a keeps exactly what it owns. Its
+    next heartbeat reports its owned set, which acknowledges: a is not fenced by the
+    revocation timeout while running its partitions, and c gets the others."""
+    h = Harness(ShardConfig(consumer_assignment_interval_ms=0,
+                            consumer_session_timeout_ms=10_000_000), CATALOG)
+    ledger = Ledger()
+    a, b = ConsumerMemberState("g", topics=[T12]), ConsumerMemberState("g", topics=[T12])
+    settle(h, {"a": a, "b": b}, ledger)
+    mine = ledger.owned_by("a")
+    req = b.leave_request()
+    b.on_heartbeat_response(req, h.send(req, 1))
+    for tp in ledger.owned_by("b"):
+        ledger._op("b", "-", tp)
+    copy = a.heartbeat_request()
+    assert h.send(copy, 1).member_epoch == a.epoch + 1     # all 12 for a; answer lost
+    a.heartbeat_lost()                       # the connection broke: a retries in full
+    c = ConsumerMemberState("g", topics=[T12])
+    hb(h, c)                                 # the target moves: a is to keep its own 6
+    out = hb(h, a)
+    assert out.ok and a.state == STABLE and a.next_reconciliation() is None
+    g = h.shard.group("g")
+    assert g.members[a.member_id].a.state == UNREVOKED
+    req = a.heartbeat_request()              # reports its owned set: acknowledged
+    assert sum(len(tp.partitions) for tp in req.topic_partitions) == 6
+    assert a.on_heartbeat_response(req, h.send(req, 1)).ok
+    assert g.members[a.member_id].a.state == MEMBER_STABLE and a.epoch == g.target_epoch
+    settle(h, {"a": a, "c": c}, ledger)
+    assert ledger.owned_by("a") == mine and len(ledger.owned_by("c")) == 6
     ledger.check()
 
 
@@ -695,3 +760,36 @@ def test_e2e_classic_member_commits_with_its_generation(serve):  # noqa: F811
                     await mb.close()
 
     run(main())
+
+
+# ============================================================================ no server
+@pytest.mark.parametrize("kind", ["consumer", "classic"])
+def test_start_without_a_server_raises_coordinator_not_found_naming_the_address(kind):
+    """Nothing listens at the bootstrap address: start() (and so `async with`) raises the
+    typed CoordinatorNotFound naming the address and the refusal once the bootstrap timeout
+    has passed, instead of the driver retrying in silence (the README example used to exit 0
+    printing nothing). The outer wait_for only bounds a hang; it is not a timing check."""
+    from groupcoord.client import CoordinatorNotFound, ConnectionClosed
+    import socket
+    # A bound socket that never listens: connections to its port are refused, and no other
+    # process can take the port while the test runs.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        addr = "127.0.0.1:%d" % closed.getsockname()[1]
+
+        async def main():
+            if kind == "consumer":
+                mb = ConsumerMember(addr, "nobody-home", topics=[T12], bootstrap_timeout_s=1.0)
+            else:
+                mb = ClassicMember(addr, "nobody-home", topics=[T12], bootstrap_timeout_s=1.0)
+            with pytest.raises(CoordinatorNotFound) as err:
+                async with mb:
+                    raise AssertionError("the member started without a coordinator")
+            assert addr in str(err.value) and "bootstrap timeout 1.0 s" in str(err.value)
+            assert isinstance(err.value.last, ConnectionClosed)   # the refusal itself
+            assert mb.error is err.value and mb._task is None      # no driver left behind
+            with pytest.raises(CoordinatorNotFound):
+                await mb.wait_closed()
+            await mb.close()                                       # harmless after it
+
+        run(main(), timeout=30)

@@ -31,7 +31,7 @@ def _opts(a) -> Options:
     return Options(duration_s=a.duration, liveness=a.liveness, bound_s=a.bound,
                    kinds=tuple(a.kinds.split(",")) if a.kinds else None,
                    faults=tuple(a.faults.split(",")) if a.faults else None,
-                   mutation=a.mutation)
+                   mutation=a.mutation, operator=a.operator)
 
 
 def _one(args):
@@ -77,6 +77,9 @@ def main(argv=None) -> int:
     p.add_argument("--faults", help="enable exactly these fault kinds (%s)" % ",".join(KINDS))
     p.add_argument("--mutation", choices=sorted(MUTATIONS),
                    help="plant a known bug (tests/simulation/mutations.py) to check the checkers")
+    p.add_argument("--operator", action="store_true",
+                   help="an operator deletes groups and offsets now and then (DeleteGroups, "
+                        "OffsetDelete) during the fault phase")
     p.add_argument("--long", action="store_true",
                    help="run seeds from --start until --minutes of wall time have passed")
     p.add_argument("--minutes", type=float, default=10.0, help="--long: wall-time budget")

@@ -20,6 +20,10 @@ Safety (each raises `InvariantViolation(name, detail)` at once):
                      another member, or by an older epoch, means a stale commit was accepted.
 * no-internal-error  the coordinator never logs a handler/replay/timer exception, never
                      answers UNKNOWN_SERVER_ERROR, and every shard loads.
+* operator           (with operator actions) DeleteGroups never deletes a group that has
+                     members at the coordinator; OffsetDelete never deletes the offsets of a
+                     topic the group's members subscribe to, and is refused NON_EMPTY_GROUP
+                     by a connect group with members.
 
 Liveness (`converged`): in the calm phase every group reaches a valid, balanced target: every
 unit run by exactly one live member, every live member stable at the coordinator's epoch,
@@ -136,6 +140,47 @@ class Checker:
                     self.violate("offsets", "group %s %s-%d went back from %d (%s) to %d (%s)"
                                  % (gid, topic, p, prev[0], prev[1], now[0], now[1]))
             self.offsets[k] = now
+
+    # ---------------------------------------------------------------- operator actions
+    def after_operator(self, spec, req, members: bool, held: dict, shard) -> None:
+        """The shard applied the admin request at once: offsets it deleted leave the offsets
+        invariant's memory (the group's members may start afresh below them)."""
+        gid = spec.group_id
+        now = shard.offsets.get(gid) or {} if shard is not None else held
+        for (topic, p) in held:
+            if (topic, p) not in now:
+                self.offsets.pop((gid, topic, p), None)
+
+    def operator_answer(self, spec, req, resp, members: bool) -> None:
+        self.checks += 1
+        gid = spec.group_id
+        if isinstance(req, m.DeleteGroupsRequest):
+            (res,) = resp.results
+            if res.error_code == E.UNKNOWN_SERVER_ERROR:
+                self.sim.fail("no-internal-error: DeleteGroups answered UNKNOWN_SERVER_ERROR")
+            elif res.error_code == 0 and members:
+                self.violate("operator", "DeleteGroups deleted group %s, which had members"
+                             % gid)
+            elif res.error_code == 0:
+                self.sim.stats["operator_groups_deleted"] += 1
+            return
+        if resp.error_code == E.UNKNOWN_SERVER_ERROR:
+            self.sim.fail("no-internal-error: OffsetDelete answered UNKNOWN_SERVER_ERROR")
+        self.sim.stats["operator_offset_partitions_ok"] += sum(
+            1 for t in resp.topics for p in t.partitions if p.error_code == 0)
+        if resp.error_code or not members:
+            return
+        if spec.kind == "connect":
+            self.violate("operator", "OffsetDelete of connect group %s with members was not "
+                         "refused" % gid)
+        for t in resp.topics:
+            if t.name not in spec.topics:
+                continue
+            for p in t.partitions:
+                if p.error_code != E.GROUP_SUBSCRIBED_TO_TOPIC:
+                    self.violate("operator", "OffsetDelete of %s-%d answered %d for group %s, "
+                                 "whose members subscribe to %s" % (t.name, p.partition_index,
+                                                                    p.error_code, gid, t.name))
 
     def note_ack(self, index: int, offset: int) -> None:
         if offset > self.acked.get(index, 0):

@@ -25,6 +25,16 @@ interleaving; a mutation must still be found within N seeds).
     unconfirmed-forgotten  finding 9: a connect worker's assignment change travels in one
                          answer only (as Kafka's rule): when that answer went to a late copy
                          of a request, the worker never hears of the work (liveness).
+    owned-unreported     finding 10: the SDK's consumer member reports its owned partitions
+                         only when they changed (Kafka's rule), not after an answer with an
+                         assignment equal to them: a revocation of partitions it never heard
+                         of (given by an answer to a late copy) is never acknowledged, and the
+                         revocation timeout gives the rest away while it runs them.
+    consumer-unconfirmed-forgotten  finding 10, the coordinator's half: a consumer member's
+                         assignment change travels in one answer only (liveness).
+    kafka-rules-only     both halves of finding 10 (Kafka's rules on both sides): an answer
+                         with partitions released to a member that went to a late copy of
+                         its request reaches it neither by a repeat nor by a report (liveness).
 """
 from __future__ import annotations
 
@@ -33,6 +43,7 @@ import contextlib
 import numpy as np
 
 from groupcoord.assign import client as client_assign
+from groupcoord.client import members_consumer_state as kst
 from groupcoord.coordinator import classic, connect, consumer, reconcile
 from groupcoord.coordinator.result import Result
 from groupcoord.coordinator.shard import Shard
@@ -157,6 +168,35 @@ def unconfirmed_forgotten():
     return _patched((connect.ConnectGroup, "__init__", init))
 
 
+def consumer_unconfirmed_forgotten():
+    orig = consumer.ConsumerGroup.__init__
+
+    def init(self, group_id, config):
+        orig(self, group_id, config)
+        self.unconfirmed = _Forgetful()
+    return _patched((consumer.ConsumerGroup, "__init__", init))
+
+
+def owned_unreported():
+    orig = kst.ConsumerMemberState.on_heartbeat_response
+
+    def on_heartbeat_response(self, req, resp):
+        in_flight = self._in_flight
+        out = orig(self, req, resp)
+        if self._sent is not None and "owned" in self._sent and self._sent["owned"] is None:
+            self._sent = in_flight             # BUG: owned reported only when it changed
+        return out
+    return _patched((kst.ConsumerMemberState, "on_heartbeat_response", on_heartbeat_response))
+
+
+def kafka_rules_only():
+    # Both halves of finding 10 at once: each alone is enough for some seeds (204972).
+    cm = contextlib.ExitStack()
+    cm.enter_context(consumer_unconfirmed_forgotten())
+    cm.enter_context(owned_unreported())
+    return cm
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
@@ -166,4 +206,7 @@ MUTATIONS = {
     "stale-claims-given": stale_claims_given,
     "rejoin-acks-revocation": rejoin_acks_revocation,
     "unconfirmed-forgotten": unconfirmed_forgotten,
+    "consumer-unconfirmed-forgotten": consumer_unconfirmed_forgotten,
+    "owned-unreported": owned_unreported,
+    "kafka-rules-only": kafka_rules_only,
 }

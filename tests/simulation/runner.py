@@ -10,6 +10,11 @@ assignor runs) over one `SimDisk`, their I/O and assignor pools replaced by `Sim
 simulated network (network.py); a fault injector (faults.py). Everything random comes from
 one `random.Random(seed)`; time is the `SimLoop`'s virtual clock; no threads, no wall clock.
 
+With `operator`, an operator also acts during the fault phase, from an rng of its own (the
+seed's world and fault mix stay what they are without it): now and then DeleteGroups or
+OffsetDelete on one of the groups, through the shard like an admin tool's request
+(`Sim._operator`, with the invariants those answers must keep).
+
 Phases: the fault phase (`duration_s` of virtual time with the seed's fault mix), then, in
 liveness mode, the calm phase: faults stop, the network heals, crashed processes come back,
 and every group must converge (invariants.converged) within `bound_s`; the time it took is
@@ -63,6 +68,7 @@ class Options(msgspec.Struct, kw_only=True):
     kinds: Optional[tuple] = None     # group kinds to draw from (None: all)
     faults: Optional[tuple] = None    # fault kinds to enable (None: swarm draws them)
     mutation: Optional[str] = None    # a planted bug (mutations.py) for checking the checkers
+    operator: bool = False            # operator actions: DeleteGroups / OffsetDelete
 
 
 class SeedResult(msgspec.Struct, kw_only=True):
@@ -90,6 +96,8 @@ def replay_command(seed: int, opts: Options) -> str:
         cmd += " --faults %s" % ",".join(opts.faults)
     if opts.mutation:
         cmd += " --mutation %s" % opts.mutation
+    if opts.operator:
+        cmd += " --operator"
     return cmd + " --trace"
 
 
@@ -430,10 +438,54 @@ class Sim:
             self.loop.call_later(rng.uniform(0, 1.5), self.restart_member, x, "fresh")
         fault_end = self.loop.now_us + int(self.opts.duration_s * 1e6)
         self.spawn(self.injector.run(fault_end))
+        if self.opts.operator:
+            self.spawn(self._operator(fault_end))
         await asyncio.sleep(self.opts.duration_s)
         if self.opts.liveness:
             await self._calm()
         await self._final_checks()
+
+    async def _operator(self, until_us: int) -> None:
+        """An operator's admin requests, about one every 4 virtual seconds: DeleteGroups of
+        one group (it succeeds once every member is gone) or OffsetDelete of some of a group's
+        topics. Invariants (checked on the state the shard answered from, as the handler runs
+        at submission): a group with members is never deleted (NON_EMPTY_GROUP), a topic the
+        group's live members subscribe to keeps its offsets (GROUP_SUBSCRIBED_TO_TOPIC), a
+        connect group with members refuses OffsetDelete (NON_EMPTY_GROUP). What was deleted
+        leaves the offsets invariant's memory: a group starts afresh after it."""
+        rng = random.Random(self.seed * 1_000_003 + 17)
+        loop = self.loop
+        while True:
+            await asyncio.sleep(rng.expovariate(0.25))
+            if loop.now_us >= until_us:
+                return
+            spec = rng.choice(self.specs)
+            rt = self.node.runtime_for(spec.group_id)
+            if rt is None:
+                continue
+            gid = spec.group_id
+            g = rt.shard.groups.get(gid)
+            members = bool(g is not None and not g.is_empty())
+            if rng.random() < 0.4:
+                req, version = m.DeleteGroupsRequest(groups_names=[gid]), 2
+            else:
+                names = sorted(self.node.topics.by_name)
+                topics = rng.sample(names, rng.randint(1, len(names))) + ["never-committed"]
+                req, version = m.OffsetDeleteRequest(group_id=gid, topics=[
+                    m.OffsetDeleteRequestTopic(name=t, partitions=[
+                        m.OffsetDeleteRequestPartition(partition_index=p)
+                        for p in range(rng.randint(1, 3))]) for t in topics]), 0
+            held = dict(rt.shard.offsets.get(gid) or {})
+            r = rt.submit_nowait(req, version, "operator", "sim")
+            self.stats["operator"] += 1
+            self.checker.after_operator(spec, req, members, held, rt.shard)
+            if isinstance(r, asyncio.Future):
+                r.add_done_callback(lambda f, spec=spec, req=req, members=members:
+                                    None if f.cancelled()
+                                    else self.checker.operator_answer(spec, req, f.result(),
+                                                                      members))
+            else:
+                self.checker.operator_answer(spec, req, r, members)
 
     async def _calm(self) -> None:
         self.trace("phase", "calm: faults stop")

@@ -25,7 +25,10 @@ States (`sm.state`)::
 
 Fields are sent only when they changed since the last heartbeat the coordinator accepted;
 after a join, an error or a lost response, the next heartbeat carries all of them (Kafka's
-rule, so a coordinator that lost state relearns it). The instance id is always sent.
+rule, so a coordinator that lost state relearns it). The instance id is always sent. The
+owned partitions are also sent after every answer that carried an assignment, even one equal
+to what the member owns: the coordinator repeats an assignment until an owned set confirms it,
+and only an owned set acknowledges a revocation (docs/simulation.md, finding 10).
 
 Offsets: `commit_request` / `fetch_request` carry the member id and epoch; a
 STALE_MEMBER_EPOCH answer means "retry once the next heartbeat brought the current epoch"
@@ -231,6 +234,11 @@ class ConsumerMemberState:
             self._in_flight = None
             if resp.assignment is not None:
                 self.target = _units(resp.assignment.topic_partitions)
+                if self._sent is not None:
+                    # Report what we own next time even if it did not change: the coordinator
+                    # may believe otherwise (its answer went to a late copy of a request), and
+                    # only an owned set confirms an assignment or acknowledges a revocation.
+                    self._sent = dict(self._sent, owned=None)
             self.state = RECONCILING if (self.target is not None
                                          and self.target != self.owned) else STABLE
             return HeartbeatOutcome(ok=True)

@@ -173,10 +173,10 @@ class ClassicGroup(Group):
     def is_empty(self) -> bool:
         return self.state == EMPTY_STATE
 
-    def describe_classic(self):
+    def as_described_group(self, catalog):
         st = self.state
-        # Metadata needs a chosen protocol; assignments exist once a generation completed.
-        show = st in (STABLE, COMPLETING)
+        # Kafka's: metadata and assignment only while Stable (describeNoMetadata otherwise).
+        show = st == STABLE
         members = [m.DescribeGroupsResponseDescribedGroupMember(
             member_id=mb.member_id, group_instance_id=mb.instance_id, client_id=mb.client_id,
             client_host=mb.client_host,
@@ -1130,6 +1130,39 @@ def _fire_sync(shard, key: TimerKey, now: int) -> Result:
         _remove_member(tx, mid)
     _after_removal(tx)
     return tx.result()
+
+
+# ------------------------------------------------------------------ topic catalog changes
+def _subscribes_to(g: ClassicGroup, topics) -> bool:
+    for mb in g.members.values():
+        try:
+            sub = embedded.decode_subscription(mb.metadata(g.protocol))[1]
+        except ValueError:               # the codec's DecodeError: not a subscription
+            continue
+        if not topics.isdisjoint(sub.topics):
+            return True
+    return False
+
+
+def rebalance_for_topics(shard, topics, now: int) -> list:
+    """The catalog changed ``topics`` (created, grown, deleted): every Stable or
+    CompletingRebalance group of the "consumer" protocol type with a member subscribed to
+    one of them starts a rebalance, so its members learn it from their next heartbeat
+    (REBALANCE_IN_PROGRESS) and the leader assigns from fresh metadata. Kafka's coordinator
+    does not do this for classic groups (each consumer rejoins when its own metadata refresh
+    sees the change, up to metadata.max.age.ms later); this node is the metadata and knows
+    at once (docs/decisions.md). -> one Result per group. Pure."""
+    out = []
+    for gid in sorted(shard.groups):
+        g = shard.groups[gid]
+        if (isinstance(g, ClassicGroup) and g.state in (STABLE, COMPLETING)
+                and g.protocol_type() == "consumer" and _subscribes_to(g, topics)):
+            tx = _Tx(shard, gid, now)
+            _prepare(tx)
+            log.info("classic group %r: rebalancing, the topic catalog changed a subscribed "
+                     "topic", gid[:256])
+            out.append(tx.result())
+    return out
 
 
 API_HANDLERS = {11: handle_join, 12: handle_heartbeat, 13: handle_leave, 14: handle_sync}

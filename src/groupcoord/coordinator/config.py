@@ -19,6 +19,14 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_max_size: int = 2**31 - 1
+    # The bounds of a group's own consumer.session.timeout.ms / consumer.heartbeat.interval.ms
+    # (IncrementalAlterConfigs on a GROUP resource, admin.py). Kafka also refuses to start
+    # when the two settings above lie outside them; here they widen the bounds instead
+    # (group_config.py), so short test and demo intervals keep working.
+    consumer_min_session_timeout_ms: int = 45_000
+    consumer_max_session_timeout_ms: int = 60_000
+    consumer_min_heartbeat_interval_ms: int = 5_000
+    consumer_max_heartbeat_interval_ms: int = 15_000
     consumer_assignors: tuple = ("uniform", "range")     # first = default
     # Assignor runs over at least this many partitions are handed to the runtime to run off
     # the event loop (Result.offload); 0 = always run inline (pure tests, simulations).
@@ -60,6 +68,12 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.offsets_retention_ms < 1:
             raise ValueError("offsets.retention.minutes must be >= 1 (offsets_retention_ms "
                              ">= 1 ms)")
+        for lo, hi in (("consumer_min_session_timeout_ms", "consumer_max_session_timeout_ms"),
+                       ("consumer_min_heartbeat_interval_ms",
+                        "consumer_max_heartbeat_interval_ms")):
+            if not 1 <= getattr(self, lo) <= getattr(self, hi):
+                raise ValueError("group.%s must be >= 1 and <= group.%s"
+                                 % (lo.replace("_", "."), hi.replace("_", ".")))
         if self.offsets_retention_check_interval_ms < 1:
             raise ValueError("offsets.retention.check.interval.ms must be >= 1")
         if not 0 <= self.offset_metadata_max_bytes <= 32_767:

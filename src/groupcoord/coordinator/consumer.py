@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 
 from groupcoord.assign import consumer as assignors
-from groupcoord.coordinator import classic, ids
+from groupcoord.coordinator import classic, group_config, ids
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
@@ -53,12 +53,13 @@ from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNR
                                               units_of_index, update_holders)
 from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import EMPTY, Result, TimerKey
+from groupcoord.coordinator.result import EMPTY, Result, TimerKey, Volatile
+from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ConsumerGroup", "Plan", "Reject",
-           "AssignorJob", "install_offloaded",
+           "AssignorJob", "Unconfirmed", "install_offloaded",
            "on_topics_changed", "consumer_group_heartbeat", "consumer_group_describe",
            "SESSION_TIMER", "REVOCATION_TIMER", "ASSIGNMENT_TIMER"]
 
@@ -72,6 +73,10 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 MEMBER_TYPE_CLASSIC = 0                  # ConsumerGroupDescribe v1 MemberType (Kafka's values)
 MEMBER_TYPE_CONSUMER = 1
+# ConsumerProtocol version of the subscriptions and assignments DescribeGroups shows for
+# members using the consumer protocol: v3 carries the rack (KIP-881); kafka-python 3.0.12
+# decodes v0-3, librdkafka 2.16 reads the assignment's partitions of any version.
+DESCRIBE_PROTOCOL_VERSION = 3
 
 ASSIGNORS = {"uniform": assignors.uniform, "range": assignors.range_}
 
@@ -94,6 +99,14 @@ class Reject(Exception):
 
 
 # ====================================================================== state
+class Unconfirmed(Volatile, frozen=True, gc=False):
+    """A member was answered an assignment it has not confirmed yet (unconfirmed=True), or it
+    has now reported exactly its assignment as owned (False). See heartbeat_response."""
+    group_id: str
+    member_id: str
+    unconfirmed: bool
+
+
 class Member:
     """One member: its metadata record value, its current assignment, its session timer key.
     Changed only by replay."""
@@ -125,6 +138,8 @@ class ConsumerGroup(Group):
         self.session_ms = config.consumer_session_timeout_ms
         self.default_assignor = config.consumer_assignors[0]
         self.assignor_names = tuple(config.consumer_assignors)
+        # volatile
+        self.unconfirmed: set = set()      # member ids (see Unconfirmed)
 
     # ---------------------------------------------------------------- registry (replay)
     def intern(self, topic_id: bytes) -> int:
@@ -171,6 +186,7 @@ class ConsumerGroup(Group):
         mem = self.members.pop(member_id, None)
         if mem is None:
             return
+        self.unconfirmed.discard(member_id)
         update_holders(self.holders, member_id, mem.a, None)
         self._count(mem.meta, -1)
         iid = mem.meta.instance_id
@@ -201,12 +217,6 @@ class ConsumerGroup(Group):
 
     def is_empty(self) -> bool:
         return not self.members
-
-    def describe_classic(self):
-        # Kafka 4: DescribeGroups does not describe consumer groups.
-        return m.DescribeGroupsResponseDescribedGroup(
-            error_code=int(_E.GROUP_ID_NOT_FOUND), group_id=self.group_id, group_state="Dead",
-            protocol_type="consumer", protocol_data="")
 
     def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
         if generation_or_epoch < 0 and not self.members:
@@ -249,13 +259,16 @@ class ConsumerGroup(Group):
             a = mem.a
             members[mid] = (msgspec.structs.astuple(mem.meta), a.epoch, a.previous_epoch,
                             a.state, ext(a.assigned), ext(a.pending_revocation))
-        return {
+        snap = {
             "epoch": self.epoch,
             "target_epoch": self.target_epoch,
             "topics": tuple(sorted((n, t, p) for n, (t, p) in self.topic_meta.items())),
             "members": members,
             "targets": {mid: ext(t) for mid, t in self.targets.items()},
         }
+        if not durable:
+            snap["volatile"] = frozenset(self.unconfirmed)
+        return snap
 
     def held_units(self) -> Optional[dict]:
         return {mid: mem.a.held for mid, mem in self.members.items()}
@@ -277,6 +290,65 @@ class ConsumerGroup(Group):
                  Record(m.ConsumerGroupPartitionMetadataKey(gid), None),
                  Record(m.ConsumerGroupMetadataKey(gid), None)]
         return recs, [(_assignment_key(gid), None)]
+
+    # ---- DescribeGroups (admin.py)
+    def as_described_group(self, catalog):
+        """The group as a classic consumer group would be described (Kafka 4 answers
+        DescribeGroups for classic groups only; see docs/decisions.md): the server assignor
+        as the protocol; per member a ConsumerProtocolSubscription (subscribed names and the
+        catalog topics its regex matches, what it holds as owned partitions, its epoch as
+        generation, its rack) and a ConsumerProtocolAssignment of its current assignment, at
+        DESCRIBE_PROTOCOL_VERSION. A member using the classic protocol (migration) shows the
+        metadata it joined with and its assignment in that metadata's version, as its
+        SyncGroup receives it."""
+        names = {tid: n for n, (tid, _) in self.topic_meta.items()}
+
+        def by_topic(units) -> list:
+            by: dict = {}
+            for tid, p in self.external(units):           # sorted: partitions ascending
+                t = catalog.by_id.get(tid)
+                name = t.name if t is not None else names.get(tid)
+                # A topic no longer named (deleted) cannot be said in ConsumerProtocol.
+                if name is not None:
+                    by.setdefault(name, []).append(p)
+            return sorted(by.items())
+
+        regexes: dict = {}
+        members = []
+        for mid in sorted(self.members):
+            mem = self.members[mid]
+            meta, a = mem.meta, mem.a
+            cm = meta.classic_member_metadata
+            if cm is not None:
+                metadata = bytes(cm.supported_protocols[0].metadata)
+                version = max(0, min(int.from_bytes(metadata[:2], "big", signed=True),
+                                     m.ConsumerProtocolAssignment.VERSIONS[1])) \
+                    if len(metadata) >= 2 else 0
+            else:
+                topics = set(meta.subscribed_topic_names)
+                rx = meta.subscribed_topic_regex
+                if rx:
+                    if rx not in regexes:
+                        regexes[rx] = _regex_topics(rx, catalog)
+                    topics |= regexes[rx]
+                version = DESCRIBE_PROTOCOL_VERSION
+                metadata = embedded.encode_subscription(m.ConsumerProtocolSubscription(
+                    topics=sorted(topics), owned_partitions=[
+                        m.ConsumerProtocolSubscriptionTopicPartition(topic=n, partitions=ps)
+                        for n, ps in by_topic(a.held)],
+                    generation_id=a.epoch, rack_id=meta.rack_id), version)
+            assignment = embedded.encode_assignment(m.ConsumerProtocolAssignment(
+                assigned_partitions=[
+                    m.ConsumerProtocolAssignmentTopicPartition(topic=n, partitions=ps)
+                    for n, ps in by_topic(a.assigned)]), version)
+            members.append(m.DescribeGroupsResponseDescribedGroupMember(
+                member_id=mid, group_instance_id=meta.instance_id, client_id=meta.client_id,
+                client_host=meta.client_host, member_metadata=metadata,
+                member_assignment=assignment))
+        return m.DescribeGroupsResponseDescribedGroup(
+            error_code=0, group_id=self.group_id, group_state=self.state_name(),
+            protocol_type="consumer", protocol_data=self.preferred_assignor(),
+            members=members)
 
 
 class _Subscribed:
@@ -969,11 +1041,20 @@ def ensure_target(plan: Plan) -> None:
 def heartbeat_response(plan: Plan, member_id: str, cur, nxt, owned, joining: bool):
     """Kafka's rule: the assignment travels when it changed in this heartbeat, when the
     member (re)joins, or when the partitions it reports differ from it; and (ours) on every
-    heartbeat while a revocation is pending: the answer that first carried it may have gone
-    to a late copy of a request, and a member that never hears of it would be fenced by the
-    revocation timeout while still running its partitions (found by tests/simulation)."""
+    heartbeat while a revocation is pending (finding 2), and until the member confirms it by
+    reporting exactly that assignment as owned (finding 10). The answer that carried a change
+    may have gone to a late copy of a request: the member saw its retry answered, so its
+    next heartbeats omit their owned set; it would never run partitions given to it, or never
+    acknowledge a revocation of partitions it never heard of and be fenced by the revocation
+    timeout while still running the rest (tests/simulation, seeds 100011 and 502916)."""
+    confirmed = owned == nxt.assigned
+    repeat = plan.group is not None and member_id in plan.group.unconfirmed
     send = (joining or nxt.assigned != cur.assigned or nxt.state == UNREVOKED
-            or (owned is not None and owned != nxt.assigned))
+            or ((owned is not None or repeat) and not confirmed))
+    unconfirmed = send and not confirmed
+    if unconfirmed != repeat:
+        plan.records.append(Unconfirmed(group_id=plan.group_id, member_id=member_id,
+                                        unconfirmed=unconfirmed))
     assignment = None
     if send:
         assignment = m.ConsumerGroupHeartbeatResponseAssignment(
@@ -981,7 +1062,7 @@ def heartbeat_response(plan: Plan, member_id: str, cur, nxt, owned, joining: boo
                 nxt.assigned, m.ConsumerGroupHeartbeatResponseTopicPartitions))
     return m.ConsumerGroupHeartbeatResponse(
         member_id=member_id, member_epoch=nxt.epoch,
-        heartbeat_interval_ms=plan.shard.config.consumer_heartbeat_interval_ms,
+        heartbeat_interval_ms=group_config.consumer_intervals(plan.shard, plan.group_id)[1],
         assignment=assignment)
 
 
@@ -1014,7 +1095,7 @@ def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
     a = mem.a
     epoch = a.epoch
     if (req.member_epoch != epoch or epoch != g.target_epoch or g.epoch != epoch
-            or a.state != STABLE):
+            or a.state != STABLE or req.member_id in g.unconfirmed):
         return None
     owned = req.topic_partitions
     if owned is not None and not _owns_exactly(g.topic_ix, owned, a.assigned):
@@ -1031,11 +1112,11 @@ def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
                 and req.rebalance_timeout_ms != meta.rebalance_timeout_ms)
             or ctx.client_id != meta.client_id or ctx.client_host != meta.client_host):
         return None
-    cfg = shard.config
+    # The group's own settings (admin.py, IncrementalAlterConfigs) or the node's.
+    session, interval = group_config.consumer_intervals(shard, req.group_id)
     return Result(m.ConsumerGroupHeartbeatResponse(
-        member_id=req.member_id, member_epoch=epoch,
-        heartbeat_interval_ms=cfg.consumer_heartbeat_interval_ms),
-        (), ((mem.session_key, ctx.now_ms + cfg.consumer_session_timeout_ms),))
+        member_id=req.member_id, member_epoch=epoch, heartbeat_interval_ms=interval),
+        (), ((mem.session_key, ctx.now_ms + session),))
 
 
 def _owns_exactly(topic_ix: dict, owned, assigned: frozenset) -> bool:
@@ -1063,7 +1144,7 @@ def _heartbeat(shard, req, ctx) -> Result:
     ensure_target(plan)
     cur, nxt = plan.reconcile(member_id, owned)
     plan.timers.append((TimerKey(SESSION_TIMER, plan.group_id, member_id),
-                        ctx.now_ms + shard.config.consumer_session_timeout_ms))
+                        ctx.now_ms + group_config.consumer_session_ms(shard, plan.group_id)))
     return plan.result(heartbeat_response(plan, member_id, cur, nxt, owned, joining))
 
 
@@ -1205,6 +1286,7 @@ def _group(shard, group_id: str, create: bool) -> Optional[ConsumerGroup]:
     g = shard.groups.get(group_id)
     if create and (g is None or classic.is_offsets_only(g)):
         g = shard.groups[group_id] = ConsumerGroup(group_id, shard.config)
+        g.session_ms = group_config.consumer_session_ms(shard, group_id)   # for rearm
     return g if isinstance(g, ConsumerGroup) else None
 
 
@@ -1251,6 +1333,15 @@ def _replay_target_metadata(shard, key, value) -> None:
         g.target_epoch = 0 if value is None else value.assignment_epoch
 
 
+def _replay_unconfirmed(shard, ev, _) -> None:
+    g = shard.groups.get(ev.group_id)
+    if isinstance(g, ConsumerGroup) and ev.member_id in g.members:
+        if ev.unconfirmed:
+            g.unconfirmed.add(ev.member_id)
+        else:
+            g.unconfirmed.discard(ev.member_id)
+
+
 def _replay_current_assignment(shard, key, value) -> None:
     g = _group(shard, key.group_id, value is not None)
     if g is None:
@@ -1273,6 +1364,7 @@ REPLAYERS = {
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: _replay_target_member,
     RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: _replay_target_metadata,
     RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: _replay_current_assignment,
+    Unconfirmed: _replay_unconfirmed,
 }
 
 TIMER_KINDS = {SESSION_TIMER: _session_expired, REVOCATION_TIMER: _revocation_expired,

@@ -32,9 +32,10 @@ class Group(ABC):
         """No members (offsets may remain)."""
 
     @abstractmethod
-    def describe_classic(self):
-        """A DescribeGroupsResponseDescribedGroup (every group type answers DescribeGroups;
-        consumer/connect groups describe themselves in classic terms as Kafka does)."""
+    def as_described_group(self, catalog):
+        """This group as DescribeGroups answers it (a DescribeGroupsResponseDescribedGroup,
+        error 0): every group type, in classic terms (admin.py; docs/coordinator.md).
+        ``catalog``: the shard's TopicCatalog (consumer groups name their topics with it)."""
 
     # ---- offsets
     @abstractmethod

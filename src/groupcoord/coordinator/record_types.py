@@ -9,7 +9,9 @@ The two int16 prefixes are written and read by code, not by the schemas, so the 
 carry ``validVersions`` "0" and the value schemas their real version ranges. Types 0-8 are
 Kafka's own numbering (0 is the legacy, identically encoded form of the offset commit key:
 read, never written); types 100-105 are this project's connect worker group records, which
-Kafka does not define. Compaction keeps the last record per (type, key fields).
+Kafka does not define; type 110 is a group's dynamic configuration (IncrementalAlterConfigs on
+a GROUP resource), which Kafka keeps in its metadata log's config store instead
+(docs/decisions.md). Compaction keeps the last record per (type, key fields).
 """
 from enum import IntEnum
 
@@ -32,6 +34,7 @@ class RecordType(IntEnum):
     CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_METADATA = 103
     CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_MEMBER = 104
     CONNECT_WORKER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 105
+    GROUP_CONFIG = 110
 
 
 # The type written for offset commits; LEGACY_OFFSET_COMMIT is only read.
@@ -73,4 +76,5 @@ RECORD_SCHEMAS = {
     RecordType.CONNECT_WORKER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
         ("ConnectWorkerGroupCurrentMemberAssignmentKey",
          "ConnectWorkerGroupCurrentMemberAssignmentValue", (0, 0)),
+    RecordType.GROUP_CONFIG: ("GroupConfigKey", "GroupConfigValue", (0, 0)),
 }

@@ -13,7 +13,9 @@ Dispatch: each group module (classic, consumer, connect) and offsets.py exports
   API_HANDLERS  {api_key: fn(shard, request, ctx: RequestContext) -> Result}
   REPLAYERS     {RecordType | Volatile subclass: fn(shard, key_or_event, value)}
   TIMER_KINDS   {timer kind: fn(shard, TimerKey, now_ms) -> Result}
-DescribeGroups and ListGroups are answered here from the Group interface (group.py).
+The group admin APIs (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete and the GROUP
+resources of DescribeConfigs / IncrementalAlterConfigs) are admin.py's, answered from the Group
+interface (group.py).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ __all__ = ["Shard", "error_response", "GROUP_MODULES"]
 
 log = logging.getLogger("groupcoord.coordinator")
 
-GROUP_MODULES = ("classic", "consumer", "connect", "offsets")
+GROUP_MODULES = ("classic", "consumer", "connect", "offsets", "admin")
 
 
 class Shard:
@@ -47,9 +49,10 @@ class Shard:
         self.strict = strict
         self.groups: dict = {}          # group id -> Group
         self.offsets: dict = {}         # group id -> {(topic, partition): OffsetCommitValue}
+        self.group_configs: dict = {}   # group id -> {config name: int}, overrides (admin.py)
         self.timers = Timers()
         self.retention_sweep = None     # offsets.RetentionProgress of a running sweep
-        self._handlers: dict = {15: _describe_groups, 16: _list_groups}
+        self._handlers: dict = {}
         self._replayers: dict = {}
         self._timer_kinds: dict = {}
         for name in GROUP_MODULES:
@@ -163,46 +166,18 @@ class Shard:
         offsets = {gid: {k: (v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
                              v.expire_timestamp) for k, v in tp.items()}
                    for gid, tp in self.offsets.items() if tp}
-        return {"groups": groups, "offsets": offsets}
-
-
-# ---------------------------------------------------------------------- shard-level APIs
-def _describe_groups(shard: Shard, req, ctx: RequestContext) -> Result:
-    out = []
-    for gid in req.groups:
-        g = shard.groups.get(gid)
-        if g is None:
-            # Kafka answers an unknown group as Dead with no error.
-            out.append(m.DescribeGroupsResponseDescribedGroup(
-                error_code=0, group_id=gid, group_state="Dead", protocol_type="",
-                protocol_data=""))
-        else:
-            out.append(g.describe_classic())
-    return Result(m.DescribeGroupsResponse(groups=out))
-
-
-def _list_groups(shard: Shard, req, ctx: RequestContext) -> Result:
-    version = ctx.version
-    states = {s.lower() for s in req.states_filter} if version >= 4 else set()
-    types = {t.lower() for t in req.types_filter} if version >= 5 else set()
-    out = []
-    for gid in sorted(shard.groups):
-        g = shard.groups[gid]
-        st = g.state_name()
-        if states and st.lower() not in states:
-            continue
-        if types and g.TYPE not in types:
-            continue
-        out.append(m.ListGroupsResponseListedGroup(
-            group_id=gid, protocol_type=g.protocol_type(), group_state=st, group_type=g.TYPE))
-    return Result(m.ListGroupsResponse(groups=out))
+        configs = {gid: dict(c) for gid, c in self.group_configs.items()}
+        return {"groups": groups, "offsets": offsets, "configs": configs}
 
 
 # ---------------------------------------------------------------------- error responses
 def error_response(request, version: int, code: int, message: Optional[str] = None):
     """The response of ``request``'s API carrying ``code`` everywhere it can (top level, or
     per group / topic / partition as the API has it)."""
-    name = type(request).__name__
+    cls = type(request)
+    while cls.__module__ != m.__name__:     # an internal subclass answers as its wire message
+        cls = cls.__base__
+    name = cls.__name__
     resp_cls = getattr(m, name[:-len("Request")] + "Response")
     code = int(code)
     fields = resp_cls.__struct_fields__
@@ -234,4 +209,15 @@ def error_response(request, version: int, code: int, message: Optional[str] = No
             for k in request.coordinator_keys]
     elif isinstance(request, m.LeaveGroupRequest) and version >= 3:
         kw["members"] = []
+    elif isinstance(request, m.DeleteGroupsRequest):
+        kw["results"] = [m.DeleteGroupsResponseDeletableGroupResult(group_id=g, error_code=code)
+                         for g in request.groups_names]
+    elif isinstance(request, m.DescribeConfigsRequest):
+        kw["results"] = [m.DescribeConfigsResponseDescribeConfigsResult(
+            error_code=code, error_message=message, resource_type=r.resource_type,
+            resource_name=r.resource_name) for r in request.resources]
+    elif isinstance(request, m.IncrementalAlterConfigsRequest):
+        kw["responses"] = [m.IncrementalAlterConfigsResponseAlterConfigsResourceResponse(
+            error_code=code, error_message=message, resource_type=r.resource_type,
+            resource_name=r.resource_name) for r in request.resources]
     return resp_cls(**kw)
