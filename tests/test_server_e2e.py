@@ -148,7 +148,7 @@ def test_metadata_find_coordinator_list_offsets_produce_on_the_wire(loop_kind, t
                 M.ProduceRequestTopicProduceData(name="orders", partition_data=[
                     M.ProduceRequestPartitionProduceData(index=0, records=b"")])]), 9)
             p0 = pr.responses[0].partition_responses[0]
-            assert p0.error_code == 42 and "stores no data" in p0.error_message
+            assert p0.error_code == 42 and "stores no messages" in p0.error_message
             # acks=0: no response; the next request's response comes next
             c.writer.write(P.encode_request_frame(M.ProduceRequest(acks=0), 9, 999))
             assert (await c.call(M.ApiVersionsRequest(), 3)).error_code == 0

@@ -209,7 +209,7 @@ def test_produce_is_refused_per_partition_with_a_message(v):
     ps = resp.responses[0].partition_responses
     assert [(p.index, p.error_code) for p in ps] == [(0, 42), (1, 42)]
     if v >= 8:
-        assert "stores no data" in ps[0].error_message
+        assert "stores no messages" in ps[0].error_message
 
 
 def test_produce_acks_0_gets_no_response():

@@ -3,6 +3,11 @@
 Consumer groups subscribe to topics of the catalog; a change of the catalog that touches a
 group's subscribed topics bumps that group's epoch (``Shard.update_topics``). Topic ids are
 16-byte UUIDs (bytes); a topic is identified by id in records and by name in subscriptions.
+
+What else a change does (``on_catalog_change``, run by the runtime on each live shard after
+``update_topics``; docs/server.md, "Topic catalog changes"): classic groups subscribed to a
+changed topic rebalance (``classic.rebalance_for_topics``), and the committed offsets of a
+deleted topic are deleted in every group, as tombstones (Kafka's onPartitionsDeleted).
 """
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ from typing import Iterable, Optional
 
 import msgspec
 
-__all__ = ["Topic", "TopicCatalog", "topic_id_for"]
+__all__ = ["Topic", "TopicCatalog", "topic_id_for", "catalog_changes",
+           "deleted_topic_offsets", "on_catalog_change"]
 
 
 class Topic(msgspec.Struct, frozen=True, gc=False):
@@ -72,3 +78,64 @@ class TopicCatalog:
 
     def __iter__(self):
         return iter(sorted(self.by_name.values(), key=lambda t: t.name))
+
+
+def catalog_changes(old: TopicCatalog, new: TopicCatalog) -> tuple:
+    """-> (changed, deleted), frozensets of names. changed: topics created, grown, deleted or
+    recreated; deleted: topics of ``old`` that are gone from ``new`` or are now another topic
+    (another id) under the same name: what was committed for them is about a topic that is no
+    more."""
+    changed, deleted = set(), set()
+    for name, t in old.by_name.items():
+        n = new.by_name.get(name)
+        if n is None or n.topic_id != t.topic_id:
+            deleted.add(name)
+        elif n.partitions != t.partitions:
+            changed.add(name)
+    changed.update(deleted)
+    changed.update(name for name in new.by_name if name not in old.by_name)
+    return frozenset(changed), frozenset(deleted)
+
+
+_TOMBSTONE_OVERHEAD = 64    # a tombstone's bytes besides its group id and topic (estimate)
+
+
+def deleted_topic_offsets(shard, deleted, max_bytes: int) -> list:
+    """The committed offsets of the ``deleted`` topics in every group of the shard, as
+    OffsetCommit tombstones (Kafka's OffsetMetadataManager.onPartitionsDeleted): a list of
+    Results, each of at most about ``max_bytes / 2`` of records, so that one group with
+    many partitions cannot make a batch the runtime must refuse (message.max.bytes). Pure."""
+    from groupcoord.coordinator.records import Record
+    from groupcoord.coordinator.result import Result
+    from groupcoord.protocol import messages as m
+    if not deleted:
+        return []
+    budget = max(1, max_bytes // 2)
+    out, batch, size = [], [], 0
+    for gid in sorted(shard.offsets):
+        glen = len(gid.encode("utf-8", "surrogatepass"))
+        for topic, part in sorted(tp for tp in shard.offsets[gid] if tp[0] in deleted):
+            n = _TOMBSTONE_OVERHEAD + glen + len(topic)
+            if batch and size + n > budget:
+                out.append(Result(None, tuple(batch)))
+                batch, size = [], 0
+            batch.append(Record(m.OffsetCommitKey(group=gid, topic=topic, partition=part),
+                                None))
+            size += n
+    if batch:
+        out.append(Result(None, tuple(batch)))
+    return out
+
+
+def on_catalog_change(shard, old: TopicCatalog, new: TopicCatalog, now_ms: int) -> list:
+    """What a catalog change means for a shard besides the consumer groups' epoch bumps
+    (``Shard.update_topics``): -> Results to apply in order. Classic groups of the
+    "consumer" protocol type whose members subscribe to a changed topic rebalance (Kafka
+    leaves that to each client's metadata refresh; here the change is known at once), and a
+    deleted topic's committed offsets are deleted in every group. Pure."""
+    from groupcoord.coordinator import classic
+    changed, deleted = catalog_changes(old, new)
+    if not changed:
+        return []
+    return (classic.rebalance_for_topics(shard, changed, now_ms)
+            + deleted_topic_offsets(shard, deleted, shard.config.message_max_bytes))

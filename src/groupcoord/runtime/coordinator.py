@@ -12,7 +12,8 @@ pick a group's __consumer_offsets partition, so with the same count a group land
 same numbered shard. Shard n keeps its log in ``<data_dir>/__consumer_offsets-<n>``.
 
 Requests naming one group go to its shard. Requests naming several (DescribeGroups,
-ConsumerGroupDescribe, ConnectGroupDescribe, OffsetFetch v8+) are split by shard, run
+ConsumerGroupDescribe, ConnectGroupDescribe, OffsetFetch v8+, DeleteGroups, and
+DescribeConfigs / IncrementalAlterConfigs by resource name) are split by shard, run
 concurrently, and their answers merged in the order the groups were asked; ListGroups asks
 every shard.
 """
@@ -29,7 +30,7 @@ from typing import Callable, Optional
 import msgspec
 
 from groupcoord.coordinator.shard import error_response
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.coordinator.topics import TopicCatalog, on_catalog_change
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
@@ -39,8 +40,8 @@ __all__ = ["Coordinator", "ShardLoadError", "shard_for", "java_string_hash", "GR
 log = logging.getLogger("groupcoord.runtime")
 
 # api keys routed to the shards
-SINGLE_GROUP_APIS = (8, 11, 12, 13, 14, 68, 10000, 10001, 10002)
-MULTI_GROUP_APIS = (9, 15, 16, 69, 10003)
+SINGLE_GROUP_APIS = (8, 11, 12, 13, 14, 47, 68, 10000, 10001, 10002)
+MULTI_GROUP_APIS = (9, 15, 16, 32, 42, 44, 69, 10003)
 GROUP_APIS = frozenset(SINGLE_GROUP_APIS + MULTI_GROUP_APIS)
 _SINGLE = frozenset(SINGLE_GROUP_APIS)
 
@@ -90,7 +91,10 @@ class Coordinator:
         self._routes.update({9: self._offset_fetch, 16: self._list_groups,
                              15: functools.partial(self._describe, "groups"),
                              69: functools.partial(self._describe, "group_ids"),
-                             10003: functools.partial(self._describe, "group_ids")})
+                             10003: functools.partial(self._describe, "group_ids"),
+                             42: self._delete_groups,
+                             32: functools.partial(self._configs, "results"),
+                             44: functools.partial(self._configs, "responses")})
 
     def shard_dir(self, index: int) -> str:
         return os.path.join(self.config.data_dir, "__consumer_offsets-%d" % index)
@@ -137,9 +141,21 @@ class Coordinator:
         await self.shards[index].close()
 
     async def set_topics(self, catalog: TopicCatalog) -> None:
-        self.topics = catalog
+        """Install a new topic catalog on every shard: consumer groups whose subscribed
+        topics changed bump their epoch (``Shard.update_topics``); on each live shard,
+        classic groups subscribed to a changed topic rebalance and a deleted topic's
+        committed offsets are deleted (``topics.on_catalog_change``). A shard not live now
+        does only the first, when it loads: Kafka's offsets cleanup is as best-effort."""
+        old, self.topics = self.topics, catalog
         for s in self.shards:
             s.set_topics(catalog)
+            if s.state is ShardState.ACTIVE:
+                now = s.clock()
+                for result in on_catalog_change(s.shard, old, catalog, now):
+                    if s.state is not ShardState.ACTIVE:    # a failed write failed it
+                        break
+                    # As ShardRuntime.set_topics applies update_topics' Result.
+                    s._process(result, now, event="topic change")
 
     async def flush(self) -> None:
         await asyncio.gather(*(s.flush() for s in self.shards))
@@ -194,6 +210,30 @@ class Coordinator:
         return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
                                        groups=_in_order(names, resps))
 
+    async def _delete_groups(self, req, version, client_id, client_host):
+        names = req.groups_names
+        parts = {i: msgspec.structs.replace(req, groups_names=g)
+                 for i, g in self._split(names).items()}
+        resps = await self._fan_out(parts, version, client_id, client_host)
+        return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
+                                       results=_in_order(names, resps, "results"))
+
+    async def _configs(self, field: str, req, version, client_id, client_host):
+        """DescribeConfigs / IncrementalAlterConfigs: each resource goes to the shard of its
+        name (a GROUP resource's is its group's; the others are refused wherever they go)."""
+        by: dict = {}
+        for r in req.resources:
+            by.setdefault(shard_for(r.resource_name, self._n), []).append(r)
+        parts = {i: msgspec.structs.replace(req, resources=rs) for i, rs in by.items()}
+        resps = await self._fan_out(parts, version, client_id, client_host)
+        found: dict = {}
+        for resp in resps:
+            for r in getattr(resp, field):
+                found.setdefault((r.resource_type, r.resource_name), []).append(r)
+        out = [found[(r.resource_type, r.resource_name)].pop(0) for r in req.resources]
+        return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
+                                       **{field: out})
+
     async def _list_groups(self, req, version, client_id, client_host):
         resps = await self._fan_out(dict(enumerate([req] * self._n)), version, client_id,
                                     client_host)
@@ -228,11 +268,11 @@ class Coordinator:
         return {s.index: s.corrupt for s in self.shards if s.corrupt is not None}
 
 
-def _in_order(names, resps) -> list:
+def _in_order(names, resps, field: str = "groups") -> list:
     """The per-group entries of the shards' responses, in the order the groups were asked."""
     found: dict = {}
     for r in resps:
-        for g in r.groups or ():
+        for g in getattr(r, field) or ():
             found.setdefault(g.group_id, []).append(g)
     out = []
     for n in names:

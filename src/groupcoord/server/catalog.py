@@ -1,6 +1,7 @@
 """The node's own files in the data directory: the topic catalog and the cluster id.
 
-<data-dir>/topics.json   {"version": 1, "topics": [{"name": "orders", "partitions": 6}, ...]}
+<data-dir>/topics.json   {"version": 1, "topics": [{"name": "orders", "partitions": 6}, ...],
+                          "given": [{"name": "orders", "partitions": 6}, ...]}
 <data-dir>/cluster-id    one line, a Kafka-style cluster id (22 chars of url-safe base64)
 
 Both are written atomically (write a temporary file, fsync it, rename it over the old one,
@@ -10,11 +11,27 @@ Topic ids are not stored: ``topic_id_for(name)`` derives the same stable id ever
 At start the topics given on the command line (--topic NAME:PARTITIONS, --topics-file) are
 merged into the stored catalog: new names are added, a larger partition count is an increase
 (allowed, as kafka-topics --alter), a smaller one is refused with a clear error because
-partitions can never be removed (committed offsets and assignments refer to them).
+partitions can never be removed (committed offsets and assignments refer to them). "given"
+records the specs of the last start: a spec given again unchanged is not applied again, so a
+client's CreatePartitions or DeleteTopics since then stands when the node restarts with the
+same command line (a topic given as orders:6 and raised to 9 by a client is no "decrease",
+one deleted by a client is not created again). Files without "given" read as given nothing.
+
+While serving, clients change the catalog with CreateTopics (server.py), CreatePartitions and
+DeleteTopics (``create_partitions`` / ``delete_topics`` below), one change at a time (the
+server's catalog lock): plan (node.py, pure), write topics.json atomically, then install the
+catalog on the coordinator (``set_topics``), and only then answer. A change acknowledged is
+in the file, so it survives a crash; a change whose write failed is answered
+KAFKA_STORAGE_ERROR and changed nothing. A deleted topic leaves the file; its id is derived
+from its name, so a topic created again under the name gets the same id (Kafka would give
+it a new one): what groups held of it was revoked and its committed offsets were deleted
+when it was deleted (coordinator/topics.py ``on_catalog_change``).
 """
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
 import os
 import uuid
 from typing import Iterable, Optional
@@ -22,9 +39,13 @@ from typing import Iterable, Optional
 import msgspec
 
 from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["TopicSpec", "CatalogError", "CatalogStore", "parse_topic_arg", "load_topics_file",
-           "merge_topics", "load_or_create_cluster_id", "atomic_write"]
+           "merge_topics", "load_or_create_cluster_id", "atomic_write", "create_partitions",
+           "delete_topics"]
+
+log = logging.getLogger("groupcoord.server")
 
 TOPICS_FILE = "topics.json"
 CLUSTER_ID_FILE = "cluster-id"
@@ -42,6 +63,7 @@ class TopicSpec(msgspec.Struct, forbid_unknown_fields=True):
 class _TopicsFile(msgspec.Struct):
     version: int = 1
     topics: list[TopicSpec] = msgspec.field(default_factory=list)
+    given: list[TopicSpec] = msgspec.field(default_factory=list)
 
 
 def _check_spec(spec: TopicSpec, where: str) -> TopicSpec:
@@ -83,9 +105,12 @@ def load_topics_file(path: str) -> list:
     return [_check_spec(s, "--topics-file %s" % path) for s in specs]
 
 
-def merge_topics(stored: TopicCatalog, given: Iterable) -> tuple:
+def merge_topics(stored: TopicCatalog, given: Iterable,
+                 previous: Optional[dict] = None) -> tuple:
     """-> (catalog, changed). Raises CatalogError for a partition decrease or a topic given
-    twice with different counts."""
+    twice with different counts. previous: name -> partitions given at the last start; a
+    spec given again unchanged is skipped when the stored topic is gone or has at least
+    that many partitions (a client deleted or raised it since)."""
     wanted: dict = {}
     for s in given:
         if s.name in wanted and wanted[s.name] != s.partitions:
@@ -96,6 +121,12 @@ def merge_topics(stored: TopicCatalog, given: Iterable) -> tuple:
     changed = False
     for name, parts in wanted.items():
         t = cur.get(name)
+        if (previous or {}).get(name) == parts and (t is None or t.partitions >= parts):
+            if t is None:
+                log.info("topic %r (given as %s:%d at the last start too) was deleted by a "
+                         "client since; not created again (give another partition count to "
+                         "create it)", name, name, parts)
+            continue
         if t is not None and parts < t.partitions:
             raise CatalogError(
                 "topic %r has %d partitions in the data directory and %d were given: "
@@ -132,11 +163,13 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 class CatalogStore:
-    """<data-dir>/topics.json."""
+    """<data-dir>/topics.json. ``given``: the command line's specs recorded with the catalog
+    (name -> partitions), read by ``load`` and kept by every ``save``."""
 
     def __init__(self, data_dir: str):
         self.data_dir = data_dir
         self.path = os.path.join(data_dir, TOPICS_FILE)
+        self.given: dict = {}
 
     def load(self) -> TopicCatalog:
         try:
@@ -146,14 +179,20 @@ class CatalogStore:
             return TopicCatalog()
         try:
             f = msgspec.json.decode(data, type=_TopicsFile)
-            return TopicCatalog((_check_spec(s, self.path).name, s.partitions)
-                                for s in f.topics)
+            cat = TopicCatalog((_check_spec(s, self.path).name, s.partitions)
+                               for s in f.topics)
         except (msgspec.DecodeError, ValueError) as e:
             raise CatalogError("%s is not a valid topic catalog: %s" % (self.path, e)) from None
+        self.given = {s.name: s.partitions for s in f.given}
+        return cat
 
-    def save(self, catalog: TopicCatalog) -> None:
+    def save(self, catalog: TopicCatalog, given: Optional[dict] = None) -> None:
+        """Write the catalog (and ``given``, when not None, as the new recorded specs)."""
         os.makedirs(self.data_dir, exist_ok=True)
-        body = _TopicsFile(topics=[TopicSpec(t.name, t.partitions) for t in catalog])
+        if given is not None:
+            self.given = dict(given)
+        body = _TopicsFile(topics=[TopicSpec(t.name, t.partitions) for t in catalog],
+                           given=[TopicSpec(n, p) for n, p in sorted(self.given.items())])
         atomic_write(self.path, msgspec.json.format(msgspec.json.encode(body), indent=2) + b"\n")
 
 
@@ -178,3 +217,76 @@ def load_or_create_cluster_id(data_dir: Optional[str]) -> str:
     os.makedirs(data_dir, exist_ok=True)
     atomic_write(path, cid.encode() + b"\n")
     return cid
+
+
+# ---------------------------------------------------------------------- changes by clients
+async def create_partitions(server, req, version: int, arrived: float):
+    """CreatePartitions (37) on the running server (``arrived``: loop time the request was
+    taken, for its TimeoutMs)."""
+    from groupcoord.server import node as N
+
+    def failed(resp, err):
+        for r in resp.results:
+            if r.error_code == 0:
+                r.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                r.error_message = err
+
+    def done(resp, new):
+        log.info("topic partitions raised: %s", ", ".join(
+            "%s to %d" % (r.name, new.by_name[r.name].partitions)
+            for r in resp.results if r.error_code == 0))
+
+    return await _change(server, N.CREATE_PARTITIONS, req, version, arrived,
+                         N.plan_create_partitions, failed, done)
+
+
+async def delete_topics(server, req, version: int, arrived: float):
+    """DeleteTopics (20) on the running server."""
+    from groupcoord.server import node as N
+
+    def failed(resp, err):
+        for r in resp.responses:
+            if r.error_code == 0:
+                r.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                r.error_message = err
+
+    def done(resp, new):
+        log.info("topic(s) deleted: %s", ", ".join(
+            str(r.name) for r in resp.responses if r.error_code == 0))
+
+    return await _change(server, N.DELETE_TOPICS, req, version, arrived,
+                         N.plan_delete_topics, failed, done)
+
+
+async def _change(server, api_key: int, req, version: int, arrived: float, plan, failed,
+                  done):
+    """One catalog change: wait for the catalog lock (at most TimeoutMs from ``arrived``:
+    REQUEST_TIMED_OUT otherwise, nothing changed), plan against the current catalog,
+    persist, install, answer."""
+    from groupcoord.server import node as N
+    lock = server._topics_lock          # shared with Server.create_topics
+    if lock.locked():
+        left = arrived + max(0, req.timeout_ms) / 1000.0 - server.loop.time()
+        try:
+            await asyncio.wait_for(lock.acquire(), max(0.0, left))
+        except asyncio.TimeoutError:
+            return N.timed_out_response(api_key, req, version)
+    else:
+        await lock.acquire()            # free: taken without waiting
+    try:
+        coord = server.coordinator
+        resp, new = plan(req, version, coord.topics, server.config.catalog_limits)
+        if new is None:
+            return resp
+        if server.store is not None:
+            try:
+                await server.loop.run_in_executor(None, server.store.save, new)
+            except OSError as e:
+                log.error("cannot persist the topic catalog: %s", e)
+                failed(resp, "cannot persist the topic catalog: %s" % e)
+                return resp
+        await coord.set_topics(new)
+        done(resp, new)
+        return resp
+    finally:
+        lock.release()

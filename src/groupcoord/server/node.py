@@ -7,9 +7,13 @@ node that stores no data, so every answer here is a pure function of (request, v
 NodeState): node 0 is the only broker, the controller and the coordinator of every group;
 every catalog topic's partitions are led by node 0 and are empty (offset 0, no records).
 
+The topic catalog's admin APIs (CreateTopics, CreatePartitions, DeleteTopics) are planned
+here, purely: ``plan_*`` -> (response, new catalog or None). The server persists the new
+catalog and installs it (``coordinator.set_topics``) before it answers (server.py
+``create_topics``, catalog.py ``create_partitions`` / ``delete_topics``).
+
 Nothing here touches sockets or the event loop: the connection layer (connection.py) calls
-these functions, holds an empty Fetch for its MaxWaitMs, and runs CreateTopics' persistence
-and ``coordinator.set_topics`` (see ``plan_create_topics``).
+these functions and holds an empty Fetch for its MaxWaitMs.
 """
 from __future__ import annotations
 
@@ -25,7 +29,9 @@ from groupcoord.protocol.error_codes import ErrorCode as E
 __all__ = ["NodeState", "NODE_APIS", "api_versions", "api_versions_unsupported", "metadata",
            "find_coordinator", "list_offsets", "fetch", "produce", "plan_create_topics",
            "top_level_error_response", "validate_topic_name", "node_api_ranges",
-           "DEFAULT_PARTITIONS", "CatalogLimits", "check_catalog_limits"]
+           "DEFAULT_PARTITIONS", "CatalogLimits", "check_catalog_limits", "describe_cluster",
+           "plan_create_partitions", "plan_delete_topics", "timed_out_response",
+           "NO_DATA_MESSAGE"]
 
 NODE_ID = 0
 LEADER_EPOCH = 0            # every partition has had one leader (us) since it was created
@@ -37,15 +43,17 @@ UNKNOWN_AUTH_OPS = -2147483648
 # The APIs answered here (the rest go to the coordinator when it serves them).
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS, CREATE_TOPICS = (
     0, 1, 2, 3, 10, 18, 19)
+DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 20, 37, 60
 NODE_APIS = frozenset((PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS,
-                       CREATE_TOPICS))
+                       CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER))
 
 # Kafka's AclOperation codes; with no authorizer every operation is allowed.
 _TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 _CLUSTER_OPS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
-NO_DATA_MESSAGE = ("groupcoord is a group coordinator and stores no data: Produce is not "
-                   "accepted by this node")
+# Produce's ErrorMessage (v8+); kafka-python shows it in the exception, librdkafka does not
+# hand it to the delivery report (docs/server.md, "What a client can and cannot do").
+NO_DATA_MESSAGE = "groupcoord is a group coordinator: it stores no messages"
 
 
 class NodeState:
@@ -143,6 +151,34 @@ def metadata(req, version: int, node: NodeState):
                                           rack=None)],
         cluster_id=node.cluster_id, controller_id=NODE_ID, topics=topics,
         cluster_authorized_operations=cluster_ops, error_code=0)
+
+
+# ---------------------------------------------------------------------- DescribeCluster
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2      # KIP-919 EndpointType
+
+
+def describe_cluster(req, version: int, node: NodeState):
+    """As a Kafka broker answers (AuthHelper.computeDescribeClusterResponse): this node is
+    the only broker and the controller; cluster authorized operations are every cluster
+    operation when asked (no authorizer, as Kafka without one), else Int.MinValue. This is
+    a broker endpoint: EndpointType 2 (controllers) gets MISMATCHED_ENDPOINT_TYPE, an
+    unknown type UNSUPPORTED_ENDPOINT_TYPE (v1+; v0 cannot name a type: brokers)."""
+    et = req.endpoint_type if version >= 1 else BROKER_ENDPOINTS
+    if et != BROKER_ENDPOINTS:
+        if et == CONTROLLER_ENDPOINTS:
+            code = E.MISMATCHED_ENDPOINT_TYPE
+            msg = ("the request was sent to an endpoint of type BROKER, but we wanted an "
+                   "endpoint of type CONTROLLER")
+        else:
+            code, msg = E.UNSUPPORTED_ENDPOINT_TYPE, "Unsupported endpoint type %d" % et
+        return m.DescribeClusterResponse(error_code=int(code), error_message=msg)
+    ops = _CLUSTER_OPS if req.include_cluster_authorized_operations else UNKNOWN_AUTH_OPS
+    return m.DescribeClusterResponse(
+        error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
+        cluster_id=node.cluster_id, controller_id=NODE_ID,
+        brokers=[m.DescribeClusterResponseDescribeClusterBroker(
+            broker_id=NODE_ID, host=node.host, port=node.port, rack=None, is_fenced=False)],
+        cluster_authorized_operations=ops)
 
 
 # ---------------------------------------------------------------------- FindCoordinator
@@ -282,8 +318,10 @@ def fetch(req, version: int, node: NodeState) -> tuple:
 # ---------------------------------------------------------------------- Produce
 def produce(req, version: int, node: NodeState):
     """None when acks=0 (Kafka sends no response then); else every partition answered
-    INVALID_REQUEST (not retriable: retrying cannot help) with the reason in ErrorMessage
-    (v8+)."""
+    INVALID_REQUEST with the reason in ErrorMessage (v8+). Why 42 (docs/decisions.md): no
+    client retries it (librdkafka's default action for it is permanent, kafka-python's and
+    Java's InvalidRequestException are not retriable), so a producer fails at once, and it
+    does not send users after ACLs (29, 31) or a topic policy (44)."""
     if req.acks == 0:
         return None
     code = int(E.INVALID_REQUEST)
@@ -301,12 +339,16 @@ CREATE_TOPICS_DISABLED = "CreateTopics is disabled on this node (--allow-create-
 
 
 class CatalogLimits(NamedTuple):
-    """What CreateTopics may do (``groupcoord serve`` flags). Creating topics is an operator
-    choice, off by default as Kafka's auto topic creation is in production setups; the
-    catalog is held in memory by every shard and listed by Metadata, so it is bounded."""
+    """What clients may do to the topic catalog (``groupcoord serve`` flags). Topics are an
+    operator's choice: CreateTopics and CreatePartitions are off unless
+    --allow-create-topics, DeleteTopics unless --allow-delete-topics (Kafka's
+    delete.topic.enable, here off by default too: a deletion revokes the topic's partitions
+    and deletes its committed offsets in every group). The catalog is held in memory by
+    every shard and listed by Metadata, so it is bounded."""
     allow_create_topics: bool = False       # --allow-create-topics
     max_topics: int = 10_000                # --max-topics
     max_partitions: int = 2_000_000         # --max-partitions (all topics together)
+    allow_delete_topics: bool = False       # --allow-delete-topics
 
 
 def plan_create_topics(req, version: int, catalog: TopicCatalog,
@@ -405,6 +447,178 @@ def _check_creatable(t, version: int, catalog: TopicCatalog, counts: dict) -> tu
     if parts > MAX_PARTITIONS:
         return E.INVALID_PARTITIONS, "at most %d partitions per topic" % MAX_PARTITIONS, 0
     return 0, None, parts
+
+
+# ---------------------------------------------------------------------- CreatePartitions
+CREATE_PARTITIONS_DISABLED = ("CreatePartitions is disabled on this node "
+                              "(--allow-create-topics)")
+
+
+def plan_create_partitions(req, version: int, catalog: TopicCatalog,
+                           limits: CatalogLimits = CatalogLimits()) -> tuple:
+    """-> (response, new catalog or None). Pure; the caller persists and installs the new
+    catalog before it answers, unless ValidateOnly. Kafka's checks and errors
+    (ControllerApis.createPartitions, ReplicationControlManager.createPartitions): a name
+    given twice -> INVALID_REQUEST (one result for it); unknown topic ->
+    UNKNOWN_TOPIC_OR_PARTITION; a count not above the current -> INVALID_PARTITIONS;
+    assignments not one per new partition, or naming another broker than this one ->
+    INVALID_REPLICA_ASSIGNMENT. Here also: POLICY_VIOLATION when CreatePartitions is off
+    (--allow-create-topics) or the catalog would go over --max-partitions, and
+    INVALID_PARTITIONS above MAX_PARTITIONS per topic."""
+    counts: dict = {}
+    for t in req.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    n_parts = sum(t.partitions for t in catalog)
+    results, grown, seen = [], [], set()
+    for t in req.topics:
+        if t.name in seen:
+            continue                    # a duplicate name gets one result
+        seen.add(t.name)
+        if counts[t.name] > 1:
+            code, msg, add = E.INVALID_REQUEST, "Duplicate topic name.", 0
+        elif not limits.allow_create_topics:
+            code, msg, add = E.POLICY_VIOLATION, CREATE_PARTITIONS_DISABLED, 0
+        else:
+            code, msg, add = _check_growable(t, catalog)
+        if not code and n_parts + add > limits.max_partitions:
+            code, msg = (E.POLICY_VIOLATION, "%d more partitions would take the topic catalog "
+                         "to %d, over the %d this node allows (--max-partitions)"
+                         % (add, n_parts + add, limits.max_partitions))
+        if code:
+            results.append(m.CreatePartitionsResponseCreatePartitionsTopicResult(
+                name=t.name, error_code=int(code), error_message=msg))
+            continue
+        n_parts += add
+        old = catalog.by_name[t.name]
+        grown.append(Topic(old.name, old.topic_id, t.count))
+        results.append(m.CreatePartitionsResponseCreatePartitionsTopicResult(
+            name=t.name, error_code=0, error_message=None))
+    resp = m.CreatePartitionsResponse(results=results)
+    if not grown or req.validate_only:
+        return resp, None
+    return resp, catalog.with_topics(*grown)
+
+
+def _check_growable(t, catalog: TopicCatalog) -> tuple:
+    cur = catalog.by_name.get(t.name)
+    if cur is None:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, "topic %r does not exist" % t.name, 0
+    if t.count == cur.partitions:
+        return (E.INVALID_PARTITIONS, "Topic already has %d partition(s)." % cur.partitions,
+                0)
+    if t.count < cur.partitions:
+        return (E.INVALID_PARTITIONS, "The topic %s currently has %d partition(s); %d would "
+                "not be an increase." % (t.name, cur.partitions, t.count), 0)
+    if t.count > MAX_PARTITIONS:
+        return E.INVALID_PARTITIONS, "at most %d partitions per topic" % MAX_PARTITIONS, 0
+    add = t.count - cur.partitions
+    if t.assignments is not None:
+        if len(t.assignments) != add:
+            return (E.INVALID_REPLICA_ASSIGNMENT, "Attempted to add %d additional "
+                    "partition(s), but only %d assignment(s) were specified."
+                    % (add, len(t.assignments)), 0)
+        for a in t.assignments:
+            if list(a.broker_ids) != [NODE_ID]:
+                return (E.INVALID_REPLICA_ASSIGNMENT, "this cluster has one broker, node %d, "
+                        "and every partition one replica: %r" % (NODE_ID, list(a.broker_ids)),
+                        0)
+    return 0, None, add
+
+
+# ---------------------------------------------------------------------- DeleteTopics
+DELETE_TOPICS_DISABLED = "DeleteTopics is disabled on this node (--allow-delete-topics)"
+
+
+def plan_delete_topics(req, version: int, catalog: TopicCatalog,
+                       limits: CatalogLimits = CatalogLimits()) -> tuple:
+    """-> (response, new catalog or None). Pure; the caller persists and installs the new
+    catalog before it answers. Topics by name (v1-5: TopicNames) or by name or id (v6:
+    Topics). Kafka's checks and errors (ControllerApis.deleteTopics): off ->
+    TOPIC_DELETION_DISABLED for every topic (INVALID_REQUEST before v3, as Kafka);
+    a name or id given twice -> INVALID_REQUEST (one result); both name and id, or
+    neither -> INVALID_REQUEST; a name that maps to an id also given -> INVALID_REQUEST;
+    unknown name -> UNKNOWN_TOPIC_OR_PARTITION; unknown id -> UNKNOWN_TOPIC_ID. Results
+    in request order (Kafka shuffles them)."""
+    R = m.DeleteTopicsResponseDeletableTopicResult
+    if version >= 6:
+        given = [(t.name, t.topic_id) for t in req.topics]
+    else:
+        given = [(n, ZERO_UUID) for n in req.topic_names]
+    if not limits.allow_delete_topics:
+        code = E.TOPIC_DELETION_DISABLED if version >= 3 else E.INVALID_REQUEST
+        return m.DeleteTopicsResponse(responses=[
+            R(name=n, topic_id=tid, error_code=int(code), error_message=DELETE_TOPICS_DISABLED)
+            for n, tid in given]), None
+    names: dict = {}
+    ids: dict = {}
+    for n, tid in given:
+        if n is not None and tid == ZERO_UUID:
+            names[n] = names.get(n, 0) + 1
+        elif n is None and tid != ZERO_UUID:
+            ids[tid] = ids.get(tid, 0) + 1
+    results: list = []
+    gone: dict = {}                     # topic id -> result index, of the topics deleted
+    done = set()
+    for n, tid in given:
+        if n is None and tid == ZERO_UUID:
+            results.append(R(name=None, topic_id=tid, error_code=int(E.INVALID_REQUEST),
+                             error_message="Neither topic name nor id were specified."))
+            continue
+        if n is not None and tid != ZERO_UUID:
+            results.append(R(name=n, topic_id=tid, error_code=int(E.INVALID_REQUEST),
+                             error_message="You may not specify both topic name and topic "
+                                           "id."))
+            continue
+        key = ("name", n) if n is not None else ("id", tid)
+        if key in done:
+            continue                    # a duplicate gets one result
+        done.add(key)
+        if (names.get(n, 0) if n is not None else ids.get(tid, 0)) > 1:
+            results.append(R(name=n, topic_id=tid, error_code=int(E.INVALID_REQUEST),
+                             error_message="Duplicate topic name." if n is not None
+                             else "Duplicate topic id."))
+            continue
+        t = catalog.by_name.get(n) if n is not None else catalog.by_id.get(tid)
+        if t is None:
+            if n is not None:
+                code, msg = E.UNKNOWN_TOPIC_OR_PARTITION, "topic %r does not exist" % n
+            else:
+                code, msg = E.UNKNOWN_TOPIC_ID, "no topic has this id"
+            results.append(R(name=n, topic_id=tid, error_code=int(code), error_message=msg))
+            continue
+        if t.topic_id in gone:
+            # A name and the id it maps to: neither is deleted (Kafka's rule).
+            i = gone.pop(t.topic_id)
+            results[i] = R(name=t.name, topic_id=t.topic_id, error_code=int(E.INVALID_REQUEST),
+                           error_message="The provided topic name maps to an ID that was "
+                                         "already supplied.")
+            continue
+        gone[t.topic_id] = len(results)
+        results.append(R(name=t.name, topic_id=t.topic_id if version >= 6 else ZERO_UUID,
+                         error_code=0, error_message=None))
+    resp = m.DeleteTopicsResponse(responses=results)
+    if not gone:
+        return resp, None
+    return resp, TopicCatalog(t for t in catalog if t.topic_id not in gone)
+
+
+def timed_out_response(api_key: int, req, version: int):
+    """CreatePartitions / DeleteTopics answered REQUEST_TIMED_OUT for every topic: the
+    request waited for its turn (catalog changes run one at a time) longer than its
+    TimeoutMs, and changed nothing (Kafka's controller fails an event whose deadline passed
+    in its queue the same way)."""
+    code = int(E.REQUEST_TIMED_OUT)
+    msg = "waited more than TimeoutMs for another topic catalog change to finish"
+    if api_key == CREATE_PARTITIONS:
+        return m.CreatePartitionsResponse(results=[
+            m.CreatePartitionsResponseCreatePartitionsTopicResult(
+                name=t.name, error_code=code, error_message=msg) for t in req.topics])
+    given = ([(t.name, t.topic_id) for t in req.topics] if version >= 6
+             else [(n, ZERO_UUID) for n in req.topic_names])
+    return m.DeleteTopicsResponse(responses=[
+        m.DeleteTopicsResponseDeletableTopicResult(name=n, topic_id=tid, error_code=code,
+                                                   error_message=msg)
+        for n, tid in given])
 
 
 # ---------------------------------------------------------------------- generic errors
