@@ -308,7 +308,9 @@ def render(json_path, command):
            "| date | %s |" % data.get("datetime", ""),
            "| groupcoord | git %s |" % data.get("commit_info", {}).get("id", "?")[:7],
            "| load average (1 min) when rendered | %s |" % _loadavg(), "",
-           "## Command", "", "```", command, "```", "",
+           "## Command", "",
+           "<!-- doc-test: skip (the benchmark run behind this table: many minutes of both "
+           "cores) -->", "```bash", command, "```", "",
            "## Results", "",
            "Median wall time of one call, single thread (min in brackets). Sizes: LARGE = "
            "100k connectors x 100 tasks = 10M tasks (10.1M units) over 100k workers; SMALL = "

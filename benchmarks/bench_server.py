@@ -247,7 +247,8 @@ def _f(x, nd=1):
 def report(a, res: dict, cmd: str) -> str:
     echo = res["echo"]
     lines = ["# Server load benchmark (`groupcoord serve` over loopback)", "",
-             "```", cmd, "```", "",
+             "<!-- doc-test: skip (the load benchmark behind this page: minutes of both "
+             "cores) -->", "```bash", cmd, "```", "",
              "Machine: %s, %d cores, Python %s, %s. The load generator (one process, uvloop) "
              "and the server (one process, one event loop) share the same cores; other jobs "
              "may have been running (load average at the start: %s)."

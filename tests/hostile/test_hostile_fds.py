@@ -50,6 +50,9 @@ def test_fd_exhaustion_during_a_segment_roll(node, good_group):
     extra, seg = [], DEFAULT_SEGMENT_BYTES
     if "--segment-bytes" in flags:
         extra, seg = ["--segment-bytes", str(SEGMENT_BYTES)], SEGMENT_BYTES
+    # An operator's --max-connections above what the fd limit holds (the default is derived
+    # from the limit and would refuse connections before the descriptors run out).
+    extra += ["--max-connections", "10000"]
     n = node(topics=catalog(extra={TOPIC: TOPIC_PARTITIONS}), nofile=NOFILE, shards=4,
              extra_args=extra, fsync="always")
     g = good_group(n)

@@ -55,7 +55,8 @@ _NETWORK_ERRORS = (ConnectionClosed, RequestTimeout, CoordinatorNotFound)
 
 class ClassicMember(MemberLifecycle):
     """A classic member. Either `topics` (+ `assignors`, preference order; protocol type
-    "consumer") or `protocol=CustomProtocol(...)`. `instance_id` makes it static."""
+    "consumer") or `protocol=CustomProtocol(...)`. `instance_id` makes it static. start()
+    raises CoordinatorNotFound when no bootstrap node answered within `bootstrap_timeout_s`."""
 
     def __init__(self, bootstrap: Any, group_id: str, *,
                  topics: Optional[Iterable[str]] = None,
@@ -64,7 +65,7 @@ class ClassicMember(MemberLifecycle):
                  rack_id: Optional[str] = None, session_timeout_ms: int = 45_000,
                  rebalance_timeout_ms: int = 300_000, heartbeat_interval_ms: int = 3_000,
                  client_id: str = DEFAULT_CLIENT_ID, request_timeout_s: float = 30.0,
-                 backoff: Optional[Backoff] = None):
+                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None):
         if (protocol is None) == (topics is None):
             raise ValueError("give topics (consumer protocol) or protocol=, not both")
         self.protocol = protocol if protocol is not None else ConsumerProtocol(
@@ -76,8 +77,10 @@ class ClassicMember(MemberLifecycle):
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000.0
         self.request_timeout_s = request_timeout_s
         self.backoff = backoff or Backoff()
+        self.bootstrap_timeout_s = bootstrap_timeout_s
         self.link = MemberLink(bootstrap, group_id, client_id,
-                                    request_timeout_s=request_timeout_s, backoff=self.backoff)
+                                    request_timeout_s=request_timeout_s, backoff=self.backoff,
+                                    find_timeout_s=bootstrap_timeout_s)
         self._assigned_cb, self._revoked_cb, self._lost_cb = listener_names(self.protocol)
         self.error: Optional[BaseException] = None
         self.joins = 0                   # JoinGroup requests sent

@@ -128,6 +128,7 @@ class ConnectWorker:
         self.last_compute: Optional[InstallPlan] = None
         self.computations = 0
         self.heartbeats = 0
+        self._last_failure: Optional[BaseException] = None   # for start()'s timeout message
         self._task: Optional[asyncio.Task] = None
         self._compute_task: Optional[asyncio.Task] = None
         self._wake = asyncio.Event()
@@ -172,8 +173,12 @@ class ConnectWorker:
             raise self.error
         if not self._joined.is_set():
             await self.kill()
-            raise RequestTimeout("worker %s did not join within %.1f s" % (self.member_id,
-                                                                            timeout_s))
+            # Name where we looked and why it failed: "did not join" alone reads like a
+            # coordinator problem when nothing listens at the address.
+            raise RequestTimeout("worker %s did not join within %.1f s via %s%s" % (
+                self.member_id, timeout_s,
+                ",".join("%s:%d" % a for a in self.link.bootstrap),
+                " (last failure: %s)" % self._last_failure if self._last_failure else ""))
         return self
 
     async def update_config(self, connectors: dict, offset: Optional[int] = None) -> int:
@@ -253,6 +258,7 @@ class ConnectWorker:
                 conn = await self.link.get()
             except CoordinatorNotFound as e:
                 log.info("worker %s: %s", self.member_id, e)
+                self._last_failure = e
                 await self.backoff.sleep()
                 continue
             req = self.state.heartbeat_request()
@@ -262,6 +268,7 @@ class ConnectWorker:
                 resp = await conn.request(req, timeout_s=self.request_timeout_s)
             except (ConnectionClosed, RequestTimeout) as e:
                 log.info("worker %s: heartbeat failed: %s", self.member_id, e)
+                self._last_failure = e
                 self.state.on_request_failed()
                 self.link.invalidate(conn)
                 await self.backoff.sleep()

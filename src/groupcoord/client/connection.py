@@ -413,6 +413,11 @@ async def _ask_coordinator(conn: Connection, group_id: str,
     return resp.error_code, resp.error_message, resp.host, resp.port
 
 
+def _seen(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class CoordinatorLink:
     """The current connection to one group's coordinator, found on demand and found again
     after a failure. Several members of the same group may share one link (and so one
@@ -451,6 +456,9 @@ class CoordinatorLink:
             self._finding = asyncio.ensure_future(find_coordinator(
                 self.bootstrap, self.group_id, self.client_id, timeout_s=self.find_timeout_s,
                 backoff=self.backoff, request_timeout_s=self.request_timeout_s))
+            # Its waiters may all be gone (cancelled, killed): a failure is theirs to see,
+            # not asyncio's "exception was never retrieved" at exit.
+            self._finding.add_done_callback(_seen)
         # shield: one caller giving up must not cancel the search the others wait for
         self._conn = await asyncio.shield(self._finding)
         return self._conn

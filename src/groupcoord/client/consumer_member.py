@@ -6,7 +6,7 @@
 
     member = ConsumerMember("127.0.0.1:9092", "my-group", topics=["orders"],
                             listener=Listener())
-    await member.start()
+    await member.start()        # CoordinatorNotFound if nothing answers within 30 s
     ...
     await member.commit({TopicPartition("orders", 0): 42})      # with the member epoch
     await member.committed([TopicPartition("orders", 0)])        # -> {tp: (42, "")}
@@ -55,7 +55,9 @@ _NETWORK_ERRORS = (ConnectionClosed, RequestTimeout, CoordinatorNotFound)
 class ConsumerMember(MemberLifecycle):
     """A KIP-848 consumer. Subscribe by `topics` (names), `regex`, or both; `server_assignor`
     asks the coordinator for one of its assignors (`uniform`, `range`); `instance_id` makes it
-    a static member. `member_id` is generated (v1) unless given."""
+    a static member. `member_id` is generated (v1) unless given. start() (and `async with`)
+    raises CoordinatorNotFound, naming the bootstrap addresses, when no node answered within
+    `bootstrap_timeout_s`."""
 
     def __init__(self, bootstrap: Any, group_id: str, *,
                  topics: Optional[Iterable[str]] = None, regex: Optional[str] = None,
@@ -63,7 +65,7 @@ class ConsumerMember(MemberLifecycle):
                  rack_id: Optional[str] = None, server_assignor: Optional[str] = None,
                  rebalance_timeout_ms: int = 300_000, member_id: Optional[str] = None,
                  client_id: str = DEFAULT_CLIENT_ID, request_timeout_s: float = 30.0,
-                 backoff: Optional[Backoff] = None):
+                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None):
         self.sm = ConsumerMemberState(group_id, topics=topics, regex=regex,
                                       member_id=member_id if member_id is not None else "",
                                       instance_id=instance_id, rack_id=rack_id,
@@ -73,8 +75,10 @@ class ConsumerMember(MemberLifecycle):
         self.listener = listener
         self.request_timeout_s = request_timeout_s
         self.backoff = backoff or Backoff()
+        self.bootstrap_timeout_s = bootstrap_timeout_s
         self.link = MemberLink(bootstrap, group_id, client_id,
-                                    request_timeout_s=request_timeout_s, backoff=self.backoff)
+                                    request_timeout_s=request_timeout_s, backoff=self.backoff,
+                                    find_timeout_s=bootstrap_timeout_s)
         self.heartbeats = 0                 # accepted heartbeat responses
         self.stale_commit_retries = 0       # commits retried after STALE_MEMBER_EPOCH
         self.rejoins = 0                    # fenced / unknown-member rejoins

@@ -6,8 +6,8 @@ Startup: merge --topic/--topics-file into <data-dir>/topics.json, load every sha
     groupcoord: listening on HOST:PORT (N shards loaded from DATA_DIR)
 
 Logs go to stderr. SIGTERM or SIGINT: graceful shutdown (Server.shutdown), exit status 0.
-Startup errors (bad topic spec, partition decrease, port in use) exit 1 (2 for bad
-arguments) with one line on stderr. A shard with a corrupt log is no startup error: it stays
+Startup errors (bad topic spec, partition decrease, port in use, a data directory that is
+a file or cannot be created or written) exit 1 (2 for bad arguments) with one line on stderr. A shard with a corrupt log is no startup error: it stays
 FAILED (one line on stderr) and N counts only the shards that loaded.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Optional
 
 from groupcoord.server.catalog import (CatalogError, CatalogStore, load_topics_file,
                                        merge_topics, parse_topic_arg)
@@ -69,9 +70,12 @@ def add_serve_parser(sub):
                    help="largest request accepted, in bytes; a bigger size prefix closes the "
                         "connection (default %(default)s = 100 MiB, like Kafka's "
                         "socket.request.max.bytes)")
-    s.add_argument("--max-connections", type=int, default=10_000,
+    s.add_argument("--max-connections", type=int, default=None,
                    help="open client connections allowed; further ones are closed at once "
-                        "(default %(default)s)")
+                        "(one WARNING line per second counts them). Default: as many as the "
+                        "open files limit leaves once raised to its hard limit and the shard "
+                        "logs' descriptors are set aside, at most %d (the startup log says "
+                        "how many)" % MAX_CONNECTIONS_CAP)
     s.add_argument("--connections-max-idle-ms", type=int, default=600_000,
                    help="close connections with no traffic and no request in flight for this "
                         "long (default %(default)s, Kafka's connections.max.idle.ms; 0 never)")
@@ -91,9 +95,14 @@ def add_serve_parser(sub):
                         "the write is fsynced (group commit). 'unsafe-no-fsync': skip fsync; "
                         "a machine crash can lose acknowledged state (tests, benchmarks)")
     s.add_argument("--allow-create-topics", action="store_true",
-                   help="answer CreateTopics (off by default: topics are an operator's choice, "
-                        "given with --topic/--topics-file); when off, CreateTopics answers "
-                        "POLICY_VIOLATION per topic")
+                   help="answer CreateTopics and CreatePartitions (off by default: topics are "
+                        "an operator's choice, given with --topic/--topics-file); when off, "
+                        "they answer POLICY_VIOLATION per topic")
+    s.add_argument("--allow-delete-topics", action="store_true",
+                   help="answer DeleteTopics (off by default, unlike Kafka's "
+                        "delete.topic.enable: a deletion revokes the topic from every group "
+                        "and deletes its committed offsets); when off, DeleteTopics answers "
+                        "TOPIC_DELETION_DISABLED per topic")
     s.add_argument("--max-topics", type=int, default=CatalogLimits().max_topics,
                    help="topics the catalog may hold (default %(default)s); CreateTopics "
                         "beyond it answers POLICY_VIOLATION, --topic beyond it is a startup "
@@ -185,7 +194,7 @@ def _check_args(args):
         raise CatalogError("--shards must be at least 1")
     if args.max_frame_bytes < 64:
         raise CatalogError("--max-frame-bytes must be at least 64")
-    if args.max_connections < 1:
+    if args.max_connections is not None and args.max_connections < 1:
         raise CatalogError("--max-connections must be at least 1")
     if args.connections_max_idle_ms < 0:
         raise CatalogError("--connections-max-idle-ms must be >= 0")
@@ -199,18 +208,25 @@ def _check_args(args):
 # Descriptors besides connections and segment files: listening sockets, stdio, the event
 # loop's own (epoll, self-pipe), the catalog and cluster-id files, log handlers.
 FD_MARGIN = 64
+# The default --max-connections: whatever the descriptors allow, up to this. A fixed default
+# (it was 10,000) refused the 10,000th member of a big group plus any admin connection on a
+# machine that could hold far more; Kafka's max.connections is unbounded.
+MAX_CONNECTIONS_CAP = 1_000_000
 
 
-def check_open_files_limit(max_connections: int, shards: int, data_dir: str) -> None:
+def check_open_files_limit(max_connections: Optional[int], shards: int, data_dir: str) -> int:
     """Compare RLIMIT_NOFILE with what this node may hold open: every connection, one
     descriptor per segment file (each segment keeps its read descriptor), and per shard its
     write descriptor plus one for a segment roll or a compaction's output. Raise the soft
     limit towards the hard one where it is short; log one line saying what was done (a
-    warning when still short: a roll that cannot open its file fails its shard)."""
+    warning when still short: a roll that cannot open its file fails its shard).
+    max_connections None (the default of --max-connections): raise the soft limit to the
+    hard one and allow every descriptor the logs leave, up to MAX_CONNECTIONS_CAP. Returns
+    the max connections to enforce."""
     try:
         import resource
     except ImportError:                 # pragma: no cover - not on Windows
-        return
+        return MAX_CONNECTIONS_CAP if max_connections is None else max_connections
     segments = 0
     try:
         for name in os.listdir(data_dir):
@@ -219,6 +235,8 @@ def check_open_files_limit(max_connections: int, shards: int, data_dir: str) -> 
                 segments += sum(1 for f in os.listdir(d) if f.endswith(".log"))
     except OSError:
         pass                            # no data yet: only the margin below counts
+    if max_connections is None:
+        return _connections_from_limit(resource, segments, shards)
     need = max_connections + segments + 2 * shards + FD_MARGIN
     what = ("%d connections + %d segment files + %d shards x 2 + %d"
             % (max_connections, segments, shards, FD_MARGIN))
@@ -227,7 +245,7 @@ def check_open_files_limit(max_connections: int, shards: int, data_dir: str) -> 
     if soft == inf or soft >= need:
         log.info("open files limit %s covers the %d this node may use (%s)",
                  "unlimited" if soft == inf else soft, need, what)
-        return
+        return max_connections
     raised = None
     for target in ([hard] if hard != inf else []) + [need]:
         try:
@@ -247,6 +265,64 @@ def check_open_files_limit(max_connections: int, shards: int, data_dir: str) -> 
                     "cannot open its file fails and reloads; raise the limit (ulimit -n) or "
                     "lower --max-connections", new, hard_s,
                     "; soft limit raised from %d" % soft if new != soft else "", need, what)
+    return max_connections
+
+
+def _connections_from_limit(resource, segments: int, shards: int) -> int:
+    """The default --max-connections: the soft RLIMIT_NOFILE raised to the hard limit, less
+    the descriptors the logs need, capped. One log line says what was chosen."""
+    inf = resource.RLIM_INFINITY
+    reserved = segments + 2 * shards + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = MAX_CONNECTIONS_CAP + reserved
+    if soft != inf and soft < want and soft != hard:
+        for target in ([hard] if hard != inf else []) + [want]:
+            if hard != inf and target > hard:
+                continue
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                break
+            except (ValueError, OSError):   # e.g. the hard limit is above fs.nr_open
+                continue
+    new = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    conns = MAX_CONNECTIONS_CAP if new == inf else max(1, min(MAX_CONNECTIONS_CAP,
+                                                              new - reserved))
+    how = ("max connections %d: the open files limit %s%s less %d for the logs (%d segment "
+           "files + %d shards x 2 + %d)" % (conns, "unlimited" if new == inf else new,
+                                            " (raised from %d)" % soft if new != soft else "",
+                                            reserved, segments, shards, FD_MARGIN))
+    if conns < 1024:
+        log.warning("%s: few; raise the open files limit (ulimit -n) or give "
+                    "--max-connections", how)
+    else:
+        log.info("%s", how)
+    return conns
+
+
+def check_data_dir(path: str) -> None:
+    """Create the data directory if missing and prove it writable (a probe file), so that a
+    path that is a file, a parent we may not write, or a read-only directory is one line at
+    startup (StartupError) rather than a traceback from the first write."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StartupError("data directory %s exists but is not a directory" % path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise StartupError("cannot create data directory %s: %s" % (path, _os_error(e))) \
+            from None
+    probe = os.path.join(path, ".groupcoord-write-probe-%d" % os.getpid())
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.unlink(probe)
+    except OSError as e:
+        raise StartupError("data directory %s is not writable: %s" % (path, _os_error(e))) \
+            from None
+
+
+def _os_error(e: OSError) -> str:
+    """'Permission denied: /a/b' from an OSError (its str() repeats the errno)."""
+    what = e.strerror or str(e)
+    return "%s: %s" % (what, e.filename) if e.filename else what
 
 
 def _loop_factory(name: str):
@@ -277,6 +353,12 @@ def run(args) -> int:
     except (StartupError, CatalogError) as e:
         print("groupcoord serve: error: %s" % e, file=sys.stderr, flush=True)
         return 1
+    except OSError as e:
+        # An I/O failure no check above foresaw (a shard directory we may not write, a full
+        # disk while saving the catalog): one line; the traceback at --log-level DEBUG.
+        log.debug("startup failed", exc_info=True)
+        print("groupcoord serve: error: %s" % _os_error(e), file=sys.stderr, flush=True)
+        return 1
 
 
 async def _serve(args, given) -> int:
@@ -293,20 +375,19 @@ async def _serve(args, given) -> int:
         except (NotImplementedError, RuntimeError):   # pragma: no cover - not on Windows
             pass
 
-    try:
-        os.makedirs(args.data_dir, exist_ok=True)
-    except OSError as e:
-        raise StartupError("cannot create data directory %s: %s" % (args.data_dir, e)) from None
-    check_open_files_limit(args.max_connections, args.shards, args.data_dir)
+    check_data_dir(args.data_dir)
+    max_connections = check_open_files_limit(args.max_connections, args.shards, args.data_dir)
     store = CatalogStore(args.data_dir)
-    catalog, changed = merge_topics(store.load(), given)
+    catalog, changed = merge_topics(store.load(), given, store.given)
+    given_now = {s.name: s.partitions for s in given}
     limits = CatalogLimits(allow_create_topics=args.allow_create_topics,
-                           max_topics=args.max_topics, max_partitions=args.max_partitions)
+                           max_topics=args.max_topics, max_partitions=args.max_partitions,
+                           allow_delete_topics=args.allow_delete_topics)
     over = check_catalog_limits(catalog, limits)
     if over:
         raise CatalogError(over + " (raise the limit or give fewer topics)")
-    if changed:
-        store.save(catalog)
+    if changed or given_now != store.given:
+        store.save(catalog, given=given_now)
     log.info("topic catalog: %d topic(s)%s", len(catalog),
              "" if not len(catalog) else ": " + ", ".join(
                  "%s (%d)" % (t.name, t.partitions) for t in catalog))
@@ -324,7 +405,7 @@ async def _serve(args, given) -> int:
     server = Server(ServerConfig(
         host=args.host, port=args.port, advertised_host=args.advertised_host,
         data_dir=args.data_dir, max_frame_bytes=args.max_frame_bytes,
-        max_connections=args.max_connections,
+        max_connections=max_connections,
         connections_max_idle_ms=args.connections_max_idle_ms,
         queued_max_request_bytes=args.queued_max_request_bytes,
         max_queued_response_bytes=args.max_queued_response_bytes,

@@ -74,8 +74,11 @@ class Server:
         self._srv = None
         self._reaper: Optional[asyncio.Task] = None
         self._topics_lock: Optional[asyncio.Lock] = None
+        self.refused_total = 0             # connections refused over max_connections
         self._refused = 0                  # refusals not yet logged (rate-limited logging)
+        self._refused_peer = ""            # the latest of them
         self._refused_logged_at = -1e9
+        self._refused_report: Optional[asyncio.TimerHandle] = None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple:
@@ -115,6 +118,9 @@ class Server:
             self._srv.close()
         if self._reaper is not None:
             self._reaper.cancel()
+        if self._refused_report is not None:   # report the last refusals before stopping
+            self._refused_report.cancel()
+            self._report_refused()
         for c in list(self.connections):
             c.stop_reading()
             c.release_held()
@@ -151,19 +157,28 @@ class Server:
         if self.stopping:
             return False
         if len(self.connections) >= self.config.max_connections:
+            self.refused_total += 1
             self._refused += 1
-            now = self.loop.time()
-            if now - self._refused_logged_at >= 1.0:   # one line per second under a flood
-                more = self._refused - 1
-                log.warning("connection from %s refused: %d connections open (max "
-                            "connections)%s", conn.peer, len(self.connections),
-                            (", and %d more refused since the last report" % more)
-                            if more else "")
-                self._refused = 0
-                self._refused_logged_at = now
+            self._refused_peer = conn.peer
+            # One line per second under a flood, counting every refusal: the first after a
+            # quiet second is reported at once, the rest by a timer (so a burst's tail is
+            # counted too, not only when a later refusal comes).
+            if self._refused_report is None:
+                delay = max(0.0, self._refused_logged_at + 1.0 - self.loop.time())
+                self._refused_report = self.loop.call_later(delay, self._report_refused)
             return False
         self.connections.add(conn)
         return True
+
+    def _report_refused(self) -> None:
+        self._refused_report = None
+        n, self._refused = self._refused, 0
+        if not n:
+            return
+        self._refused_logged_at = self.loop.time()
+        log.warning("refused %d connection(s) (latest from %s): %d connections open, the "
+                    "--max-connections limit; %d refused since start", n, self._refused_peer,
+                    len(self.connections), self.refused_total)
 
     def _forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
