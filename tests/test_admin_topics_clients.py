@@ -258,9 +258,11 @@ def test_admin_errors_and_the_catalog_surviving_kill_9(serve):
     admin = kp_admin(srv)
     try:
         topics = {t["name"]: len(t["partitions"]) for t in admin.describe_topics()}
+        listed = sorted(admin.list_topics())
     finally:
         admin.close()
     assert topics == {"a": 4, "b": 3}
+    assert listed == ["a", "b"]
 
 
 def test_catalog_changes_are_off_unless_allowed(serve):
