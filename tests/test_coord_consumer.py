@@ -425,14 +425,55 @@ def test_target_moves_while_unrevoked_and_unreleased(coord):
     # b, unreleased at epoch 2, now reconciles towards epoch 3 (nothing to revoke).
     resp = b.hb()
     assert resp.member_epoch == 3 and state(h, "b") == (3, 2, UNRELEASED, {}, {})
-    # a revokes 3-5, and must now also revoke 2 (moved to c): unrevoked again, epoch 1.
+    # a revokes 3-5, and must now also revoke 2 (moved to c): unrevoked again, at the next
+    # epoch (Kafka's rule: a revocation acknowledged moves the member to epoch + 1).
     resp = a.hb()
-    assert state(h, "a") == (1, 1, UNREVOKED, {"foo": [0, 1]}, {"foo": [2]})
+    assert state(h, "a") == (2, 1, UNREVOKED, {"foo": [0, 1]}, {"foo": [2]})
+    assert resp.member_epoch == 2
     assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [0, 1]}
     resp = a.hb()
-    assert state(h, "a") == (3, 1, STABLE, {"foo": [0, 1]}, {})   # straight to epoch 3
+    assert state(h, "a") == (3, 2, STABLE, {"foo": [0, 1]}, {})   # straight to epoch 3
     converge(h, [a, b, c])
     assert state(h, "b")[3] == {"foo": [3, 4]} and state(h, "c")[3] == {"foo": [2, 5]}
+
+
+def test_a_late_commit_from_before_a_revocation_is_refused(coord):
+    """Finding 11 (tests/simulation, liveness seed 1006657): a member acknowledges a
+    revocation while the target has moved on and it must now revoke more. It released the
+    first partitions, which go to another member at once; a commit it sent while it still
+    owned them (a late copy of a request whose connection broke) must not overwrite the new
+    owner's offsets. Kafka's CurrentAssignmentBuilder moves the member to the next epoch when
+    it acknowledges, so that commit carries a stale epoch."""
+    h = make(coord)
+    a, b = two_members(h)
+    a.hb()                                   # a: UNREVOKED at 1 (pending 3-5)
+    Client(h, "c").join()                    # target 3: a [0, 1], b [3, 4], c [2, 5]
+    b.hb()
+    # a's commit at epoch 1, sent while it ran 3-5; its connection breaks, the copy is late.
+    late = commit_request(a.mid, 1, {3: 100, 4: 100})
+    resp = a.hb()                            # a revoked 3-5; it must now revoke 2 as well
+    assert state(h, "a") == (2, 1, UNREVOKED, {"foo": [0, 1]}, {"foo": [2]})
+    assert resp.member_epoch == 2
+    resp = b.hb()
+    assert as_dict(h, resp.assignment.topic_partitions) == {"foo": [3, 4]}
+    b.hb()
+    assert commit_codes(h.send(commit_request(b.mid, 3, {3: 50, 4: 50}), 9)) == [0, 0]
+    assert commit_codes(h.send(late, 9)) == [E.STALE_MEMBER_EPOCH] * 2
+    assert {p: v.offset for (t, p), v in h.shard.offsets["g"].items()} == {3: 50, 4: 50}
+    # a's live commits carry the epoch it was told.
+    assert commit_codes(h.send(commit_request(a.mid, 2, {0: 7, 2: 7}), 9)) == [0, 0]
+
+
+def commit_request(mid, epoch, offsets):
+    return m.OffsetCommitRequest(
+        group_id="g", generation_id_or_member_epoch=epoch, member_id=mid,
+        topics=[m.OffsetCommitRequestTopic(name="foo", partitions=[
+            m.OffsetCommitRequestPartition(partition_index=p, committed_offset=o)
+            for p, o in sorted(offsets.items())])])
+
+
+def commit_codes(resp):
+    return [p.error_code for t in resp.topics for p in t.partitions]
 
 
 def test_lost_heartbeat_response_previous_epoch(coord):

@@ -35,6 +35,11 @@ interleaving; a mutation must still be found within N seeds).
     kafka-rules-only     both halves of finding 10 (Kafka's rules on both sides): an answer
                          with partitions released to a member that went to a late copy of
                          its request reaches it neither by a repeat nor by a report (liveness).
+    revoked-keeps-epoch  finding 11: a consumer member that acknowledges a revocation but
+                         must revoke more (the target moved meanwhile) keeps its epoch instead
+                         of moving to epoch + 1 (Kafka's rule): a late commit it sent before
+                         it released partitions passes the epoch check and overwrites the
+                         offsets of their new owner.
 """
 from __future__ import annotations
 
@@ -197,6 +202,11 @@ def kafka_rules_only():
     return cm
 
 
+def revoked_keeps_epoch():
+    # BUG: the epoch stays where it was until the last revocation is acknowledged.
+    return _patched((consumer, "_revoked_moves_epoch", lambda cur, nxt, target_epoch: nxt))
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
@@ -209,4 +219,5 @@ MUTATIONS = {
     "consumer-unconfirmed-forgotten": consumer_unconfirmed_forgotten,
     "owned-unreported": owned_unreported,
     "kafka-rules-only": kafka_rules_only,
+    "revoked-keeps-epoch": revoked_keeps_epoch,
 }

@@ -744,6 +744,7 @@ class Plan:
         cur = self.assignment(mid)
         nxt = next_assignment(cur, self.target_epoch, self.target(mid) or EMPTY_SET, owned,
                               self.holders(), mid)
+        nxt = _revoked_moves_epoch(cur, nxt, self.target_epoch)
         self.put_assignment(mid, nxt)
         key = _revocation_key(self.group_id, mid)
         if nxt.state == UNREVOKED:
@@ -752,6 +753,20 @@ class Plan:
         elif cur.state == UNREVOKED:
             self.timers.append((key, None))
         return cur, nxt
+
+
+def _revoked_moves_epoch(cur: MemberAssignment, nxt: MemberAssignment,
+                         target_epoch: int) -> MemberAssignment:
+    """Kafka's CurrentAssignmentBuilder: a member that has revoked what was pending moves to
+    the next epoch (min(epoch + 1, target epoch)), also when the target moved meanwhile and it
+    must now revoke more (reconcile.next_assignment keeps its epoch then). The epoch is what
+    tells the member's late requests from its live ones: kept, a commit it sent before it
+    released those partitions, arriving late, passes the epoch check and overwrites the
+    offsets of their new owner (simulation finding 11, seed 1006657)."""
+    if (cur.state == UNREVOKED and nxt.state == UNREVOKED and nxt != cur
+            and 0 <= cur.epoch < target_epoch):
+        return nxt._replace(epoch=cur.epoch + 1, previous_epoch=cur.epoch)
+    return nxt
 
 
 def _delta(plan: Plan, meta, sign: int) -> None:
