@@ -264,3 +264,36 @@ def test_apply_rejects_unknown_items():
     s = Shard()
     with pytest.raises(TypeError):
         s.apply(Result(None, records=(object(),)))
+
+
+
+@pytest.mark.parametrize("touch", ["consumer holders", "consumer name counts",
+                                   "connect signatures"])
+def test_the_purity_check_sees_a_handler_touch_a_derived_index(coord, touch):
+    """snapshot(durable=False) carries the indexes replay derives (holders, counters), so the
+    harness's purity check fails a handler that changes one, though no durable field moved."""
+    h = coord(topics=TopicCatalog.of(t=4))
+    h.send(m.ConsumerGroupHeartbeatRequest(
+        group_id="c", member_id="m1", member_epoch=0, rebalance_timeout_ms=30_000,
+        subscribed_topic_names=["t"], topic_partitions=[]), 1)
+    h.send(m.ConnectGroupHeartbeatRequest(
+        group_id="k", member_id="w1", member_epoch=0, rebalance_timeout_ms=30_000,
+        client_assignors=[m.ConnectGroupHeartbeatRequestAssignor(
+            name="incremental", minimum_version=0, maximum_version=0, reason=0, version=0,
+            metadata=b"")]))
+    consumer_group, connect_group = h.shard.groups["c"], h.shard.groups["k"]
+
+    def touching(shard, req, ctx):
+        if touch == "consumer holders":
+            consumer_group.holders[0] = "someone else"       # t-0, held by m1
+        elif touch == "consumer name counts":
+            consumer_group.name_counts["t"] += 1
+        else:
+            connect_group.members.sigs[("another",)] += 1
+        return Result(m.HeartbeatResponse(error_code=0))
+    h.shard._handlers[m.HeartbeatRequest.API_KEY] = touching
+    with pytest.raises(AssertionError, match="a handler mutated group state"):
+        h.send(m.HeartbeatRequest(group_id="c", generation_id=1, member_id="m1"))
+    # (the harness's replay check at teardown would see the touched index too: restore it)
+    h.shard.groups["c"], h.shard.groups["k"] = h.replayed().groups["c"], \
+        h.replayed().groups["k"]

@@ -50,8 +50,8 @@ import numpy as np
 from groupcoord.assign import client as client_assign
 from groupcoord.client import members_consumer_state as kst
 from groupcoord.coordinator import classic, connect, consumer, reconcile
-from groupcoord.coordinator.result import Result
 from groupcoord.coordinator.shard import Shard
+from groupcoord.coordinator.tx import GroupTx
 from groupcoord.runtime.shard_runtime import ShardRuntime
 
 __all__ = ["MUTATIONS"]
@@ -130,8 +130,9 @@ def fenced_removes_worker():
         if res.response.error_code == int(connect.E.FENCED_MEMBER_EPOCH) \
                 and req.member_id in g.members:
             # BUG (the seed's rule): the member is also removed from the group.
-            recs, timers = connect._remove(g, req.member_id, ctx.now_ms, cfg)
-            return Result(res.response, recs, timers)
+            tx = GroupTx(g.group_id, ctx.now_ms)
+            connect._remove(tx, g, req.member_id, cfg)
+            return tx.result(res.response)
         return res
     return _patched((connect, "_join_or_heartbeat", join_or_heartbeat))
 

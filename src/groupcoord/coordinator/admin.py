@@ -32,14 +32,14 @@ from collections import Counter
 from typing import Optional
 
 from groupcoord.coordinator import group_config as gc
-from groupcoord.coordinator.record_types import RecordType
+from groupcoord.coordinator.consumer import ConsumerGroup
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import RequestContext, Result
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-__all__ = ["API_HANDLERS", "REPLAYERS", "GROUP_RESOURCE", "GROUP_OPERATIONS"]
+__all__ = ["GROUP_RESOURCE", "GROUP_OPERATIONS"]
 
 log = logging.getLogger("groupcoord.coordinator")
 
@@ -332,12 +332,6 @@ def _replay_group_config(shard, key: m.GroupConfigKey, value) -> None:
         # Names this version does not know (a newer writer's) are left out, not failed on.
         shard.group_configs[gid] = {c.name: int(c.value) for c in value.configs
                                     if c.name in gc.DOCS}
-    from groupcoord.coordinator.consumer import ConsumerGroup
     g = shard.groups.get(gid)
     if isinstance(g, ConsumerGroup):
         g.session_ms = gc.consumer_session_ms(shard, gid)   # what rearm gives its members
-
-
-API_HANDLERS = {15: describe_groups, 16: list_groups, 32: describe_configs,
-                42: delete_groups, 44: incremental_alter_configs, 47: offset_delete}
-REPLAYERS = {RecordType.GROUP_CONFIG: _replay_group_config}

@@ -52,17 +52,18 @@ import msgspec
 
 from groupcoord.coordinator import ids, limits
 from groupcoord.coordinator.group import Group
-from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import EMPTY, ParkKey, RequestContext, Result, TimerKey, \
     Volatile
+from groupcoord.coordinator.timers import CLASSIC_JOIN, CLASSIC_SESSION, CLASSIC_SYNC
+from groupcoord.coordinator.tx import GroupTx
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 log = logging.getLogger("groupcoord.coordinator")
 
-__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ClassicGroup", "new_empty_group",
+__all__ = ["ClassicGroup", "new_empty_group",
            "check_member", "EMPTY_STATE", "PREPARING", "COMPLETING", "STABLE", "DEAD",
            "SESSION", "JOIN", "SYNC"]
 
@@ -72,11 +73,9 @@ COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
 
-# Timer kinds. SESSION is per member (and per MEMBER_ID_REQUIRED member); JOIN is the
-# barrier deadline; SYNC the pending-sync deadline after a join completed.
-SESSION = "classic-session"
-JOIN = "classic-join"
-SYNC = "classic-sync"
+# Timer kinds (timers.py). SESSION is per member (and per MEMBER_ID_REQUIRED member); JOIN is
+# the barrier deadline; SYNC the pending-sync deadline after a join completed.
+SESSION, JOIN, SYNC = CLASSIC_SESSION, CLASSIC_JOIN, CLASSIC_SYNC
 
 
 # ------------------------------------------------------------------------------- state
@@ -580,36 +579,29 @@ def _replay_group_metadata(shard, key: m.GroupMetadataKey, value) -> None:
 
 
 # ------------------------------------------------------------------------------ drafts
-class _Tx:
-    """A handler's working copy: events are applied to a draft of the group (never to the
-    shard's) and collected with timers and completions into the Result."""
+class _Tx(GroupTx):
+    """A classic handler's GroupTx (tx.py) with a draft: each staged event is also applied to
+    a copy of the group (never to the shard's), which the next steps read."""
 
     def __init__(self, shard, group_id: str, now: int):
+        super().__init__(group_id, now)
         self.shard = shard
         self.gid = group_id
-        self.now = now
         g = shard.groups.get(group_id)
         self.g = g.copy() if isinstance(g, ClassicGroup) else ClassicGroup(group_id)
-        self.records: list = []
-        self.timers: list = []
-        self.completions: list = []
 
     def emit(self, item) -> None:
         _apply(self.g, item)
         self.records.append(item)
 
     def timer(self, kind: str, member_id: str, deadline: Optional[int]) -> None:
-        self.timers.append((TimerKey(kind, self.gid, member_id), deadline))
+        self.schedule(TimerKey(kind, self.gid, member_id), deadline)
 
     def session(self, member_id: str) -> None:
         self.timer(SESSION, member_id, _session_deadline(self.g.members[member_id], self.now))
 
     def answer(self, member_id: str, kind: str, response) -> None:
-        self.completions.append((ParkKey(self.gid, member_id, kind), response))
-
-    def result(self, response=None, park: Optional[ParkKey] = None) -> Result:
-        return Result(response, tuple(self.records), tuple(self.timers),
-                      tuple(self.completions), park)
+        self.complete(ParkKey(self.gid, member_id, kind), response)
 
 
 # --------------------------------------------------------------------------- responses
@@ -782,18 +774,6 @@ def _park_join(tx: _Tx, member_id: str) -> Result:
 
 
 # ---------------------------------------------------------------------------- JoinGroup
-def _join_other_type(shard, group, req, ctx: RequestContext) -> Result:
-    """JoinGroup for a consumer/connect group: a consumer group takes classic members
-    (migration.py); otherwise INCONSISTENT_GROUP_PROTOCOL."""
-    from groupcoord.coordinator import migration
-    return migration.classic_join(shard, group, req, ctx)
-
-
-def _other_type(g) -> bool:
-    """A group of another type holds the id: migration.py answers for its classic members."""
-    return g is not None and not isinstance(g, ClassicGroup)
-
-
 def _supports(g: Optional[ClassicGroup], protocol_type: str, protocols: tuple,
               exclude: Optional[str]) -> bool:
     """Kafka's supportsProtocols: an empty group takes any non-empty type and list; otherwise
@@ -836,8 +816,6 @@ def handle_join(shard, req: m.JoinGroupRequest, ctx: RequestContext) -> Result:
     if not gid:
         return Result(_join_error(v, E.INVALID_GROUP_ID, req.member_id))
     g = shard.groups.get(gid)
-    if g is not None and not isinstance(g, ClassicGroup):
-        return _join_other_type(shard, g, req, ctx)
     cfg = shard.config
     if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms \
             <= cfg.group_max_session_timeout_ms:
@@ -930,9 +908,6 @@ def _replace_static(shard, g: ClassicGroup, old_id: str, req, ctx, rt: int,
 def handle_sync(shard, req: m.SyncGroupRequest, ctx: RequestContext) -> Result:
     v, gid = ctx.version, req.group_id
     g = shard.groups.get(gid)
-    if gid and _other_type(g):
-        from groupcoord.coordinator import migration
-        return migration.classic_sync(shard, g, req, ctx)
     err = _member_error(g, gid, req.member_id, req.group_instance_id if v >= 3 else None)
     if not err and req.generation_id != g.generation:
         err = E.ILLEGAL_GENERATION
@@ -1007,9 +982,6 @@ def _member_error(g, gid: str, member_id: str, instance_id: Optional[str]) -> in
 # ---------------------------------------------------------------------------- Heartbeat
 def handle_heartbeat(shard, req: m.HeartbeatRequest, ctx: RequestContext) -> Result:
     g = shard.groups.get(req.group_id)
-    if req.group_id and _other_type(g):
-        from groupcoord.coordinator import migration
-        return migration.classic_heartbeat(shard, g, req, ctx)
     err = _member_error(g, req.group_id, req.member_id,
                         req.group_instance_id if ctx.version >= 3 else None)
     if not err and req.generation_id != g.generation:
@@ -1041,9 +1013,6 @@ def handle_leave(shard, req: m.LeaveGroupRequest, ctx: RequestContext) -> Result
         return Result(m.LeaveGroupResponse(error_code=int(top)))
     codes = []
     tx = None
-    if _other_type(g):
-        from groupcoord.coordinator import migration
-        return migration.classic_leave(shard, g, req, ctx)
     if not isinstance(g, ClassicGroup):
         codes = [E.UNKNOWN_MEMBER_ID] * len(who)
     else:
@@ -1163,9 +1132,3 @@ def rebalance_for_topics(shard, topics, now: int) -> list:
                      "topic", gid[:256])
             out.append(tx.result())
     return out
-
-
-API_HANDLERS = {11: handle_join, 12: handle_heartbeat, 13: handle_leave, 14: handle_sync}
-REPLAYERS = {RecordType.GROUP_METADATA: _replay_group_metadata}
-REPLAYERS.update({cls: _replay_event for cls in _APPLY})
-TIMER_KINDS = {SESSION: _fire_session, JOIN: _fire_join, SYNC: _fire_sync}

@@ -24,7 +24,7 @@ The coordinator assigns. Three epochs drive a group (docs/coordinator-consumer.m
 
 Member epoch -1 leaves; -2 is the static temporary leave; 0 joins (or resends a lost join).
 
-Handlers only read. Every change is a Record replayed by the REPLAYERS below (also on
+Handlers only read. Every change is a Record replayed by the replayers (registry.py; also on
 recovery); a heartbeat is computed on a ``Plan``: a view of the group with this heartbeat's
 edits layered on top, which accumulates the records and timer operations. The heartbeat is a
 chain of small steps (validate -> find member -> update member -> group epoch -> target ->
@@ -45,29 +45,28 @@ import msgspec
 import numpy as np
 
 from groupcoord.assign import consumer as assignors
-from groupcoord.coordinator import classic, group_config, ids
+from groupcoord.coordinator import classic, group_config, ids, migration
+from groupcoord.coordinator.errors import Reject
 from groupcoord.coordinator.group import Group
 from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
                                               next_assignment, split_units,
                                               units_of_index, update_holders)
-from groupcoord.coordinator.record_types import RecordType
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import EMPTY, Result, TimerKey, Volatile
+from groupcoord.coordinator.timers import (CONSUMER_ASSIGNMENT as ASSIGNMENT_TIMER,
+                                            CONSUMER_REVOCATION as REVOCATION_TIMER,
+                                            CONSUMER_SESSION as SESSION_TIMER)
+from groupcoord.coordinator.tx import GroupTx
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
-__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "ConsumerGroup", "Plan", "Reject",
+__all__ = ["ConsumerGroup", "Plan", "Reject",
            "AssignorJob", "Unconfirmed", "install_offloaded",
            "on_topics_changed", "consumer_group_heartbeat", "consumer_group_describe",
            "SESSION_TIMER", "REVOCATION_TIMER", "ASSIGNMENT_TIMER"]
 
-SESSION_TIMER = "consumer-session"
-REVOCATION_TIMER = "consumer-revocation"
-# Per group, pending while the assignment interval runs (KIP-1263 batching): a bump meanwhile
-# leaves the target behind and this timer computes it when the interval ends.
-ASSIGNMENT_TIMER = "consumer-assignment"
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -86,16 +85,6 @@ EMPTY_META = _MetaValue(instance_id=None, rack_id=None, client_id="", client_hos
                         rebalance_timeout_ms=-1, server_assignor=None)
 
 _E = ErrorCode
-
-
-class Reject(Exception):
-    """A heartbeat refused with an error code and message (raised by the steps, answered by
-    the handler; nothing has been changed)."""
-
-    def __init__(self, code, message: str):
-        super().__init__(message)
-        self.code = int(code)
-        self.message = message
 
 
 # ====================================================================== state
@@ -268,6 +257,15 @@ class ConsumerGroup(Group):
         }
         if not durable:
             snap["volatile"] = frozenset(self.unconfirmed)
+            # The indexes replay derives, so that the purity check sees a handler touch them
+            # (in external identities: the topic registry's order depends on what was
+            # replayed, a compacted log registering fewer topics).
+            ids_ = self.topic_ids
+            snap["derived"] = ({(ids_[u >> 32], u & 0xFFFFFFFF): mid
+                                for u, mid in self.holders.items()},
+                               dict(self.static), dict(self.name_counts),
+                               dict(self.regex_counts), self.session_ms,
+                               {mid: mem.session_key for mid, mem in self.members.items()})
         return snap
 
     def held_units(self) -> Optional[dict]:
@@ -420,18 +418,15 @@ class _FreedHolders:
         return default if h in self.removed else h
 
 
-class Plan:
-    """One change of one group, computed without touching it: the group as it will be after
-    this change (edits layered over the live group) plus the records and timer operations
-    that make it so. ``result(response)`` packs them."""
+class Plan(GroupTx):
+    """One change of one group, computed without touching it: a GroupTx (tx.py: the records
+    and timer operations that make the change) with a draft view of the group as it will be
+    after this change (edits layered over the live group). ``result(response)`` packs them."""
 
     def __init__(self, shard, group_id: str, group: Optional[ConsumerGroup], now_ms: int):
+        super().__init__(group_id, now_ms)
         self.shard = shard
-        self.group_id = group_id
         self.group = group
-        self.now = now_ms
-        self.records: list = []
-        self.timers: list = []
         self.epoch = group.epoch if group else 0
         self.target_epoch = group.target_epoch if group else 0
         self.topic_meta = group.topic_meta if group else {}
@@ -445,8 +440,6 @@ class Plan:
         self.overlay: dict = {}            # topic id -> provisional index
         self.overlay_ids: list = []
         self.bumped = False
-        self.completions: list = []        # (ParkKey, response): parked classic requests
-        self.offload: list = []            # AssignorJob to run off the event loop
         self.precomputed = None            # (AssignorJob, owners) being installed
 
     @classmethod
@@ -459,10 +452,6 @@ class Plan:
         if not isinstance(g, ConsumerGroup):
             return _other_group_type(shard, g, create, now_ms)
         return cls(shard, group_id, g, now_ms)
-
-    def result(self, response) -> Result:
-        return Result(response, tuple(self.records), tuple(self.timers),
-                      tuple(self.completions), offload=tuple(self.offload))
 
     # ---------------------------------------------------------------- view
     def member_ids(self) -> list:
@@ -877,8 +866,9 @@ def _other_group_type(shard, group, create: bool, now_ms: int) -> "Plan":
     """A group of another type holds the id: a joining heartbeat may replace an empty classic
     group or convert a classic consumer group (KIP-848 online upgrade, migration.py);
     otherwise Reject(GROUP_ID_NOT_FOUND)."""
-    from groupcoord.coordinator import migration
-    return migration.upgrade_plan(shard, group, create, now_ms)
+    plan = Plan(shard, group.group_id, None, now_ms)
+    migration.upgrade(plan, group, create)
+    return plan
 
 
 # ====================================================================== heartbeat steps
@@ -1245,32 +1235,31 @@ def _describe(g: ConsumerGroup, catalog):
 
 def _after_fence(plan: Plan, member_id: str) -> None:
     """The last member using the consumer protocol left: maybe downgrade (migration.py)."""
-    from groupcoord.coordinator import migration
     migration.maybe_downgrade(plan, member_id)
 
 
 # ====================================================================== timers
-def _session_expired(shard, key: TimerKey, now_ms: int) -> Result:
-    g = shard.groups.get(key.group_id)
-    if not isinstance(g, ConsumerGroup) or key.member_id not in g.members:
-        return EMPTY
-    plan = Plan(shard, key.group_id, g, now_ms)
-    plan.fence(key.member_id)
-    _after_fence(plan, key.member_id)
-    return plan.result(None)
-
-
-def _revocation_expired(shard, key: TimerKey, now_ms: int) -> Result:
+def _member_timer(shard, key: TimerKey, now_ms: int, want_unrevoked: bool) -> Result:
+    """A member's session or revocation deadline passed: it is fenced (then maybe the group
+    downgrades), unless it is gone or, for the revocation timer, no longer revoking."""
     g = shard.groups.get(key.group_id)
     if not isinstance(g, ConsumerGroup):
         return EMPTY
     mem = g.members.get(key.member_id)
-    if mem is None or mem.a.state != UNREVOKED or mem.a.epoch < 0:
+    if mem is None or want_unrevoked and (mem.a.state != UNREVOKED or mem.a.epoch < 0):
         return EMPTY
     plan = Plan(shard, key.group_id, g, now_ms)
     plan.fence(key.member_id)
     _after_fence(plan, key.member_id)
     return plan.result(None)
+
+
+def _session_expired(shard, key: TimerKey, now_ms: int) -> Result:
+    return _member_timer(shard, key, now_ms, False)
+
+
+def _revocation_expired(shard, key: TimerKey, now_ms: int) -> Result:
+    return _member_timer(shard, key, now_ms, True)
 
 
 def _assignment_due(shard, key: TimerKey, now_ms: int) -> Result:
@@ -1368,19 +1357,3 @@ def _replay_current_assignment(shard, key, value) -> None:
     g.set_assignment(key.member_id, MemberAssignment(
         value.member_epoch, value.previous_member_epoch, value.state,
         g.units_of(value.assigned_partitions), g.units_of(value.partitions_pending_revocation)))
-
-
-API_HANDLERS = {68: consumer_group_heartbeat, 69: consumer_group_describe}
-
-REPLAYERS = {
-    RecordType.CONSUMER_GROUP_METADATA: _replay_group_metadata,
-    RecordType.CONSUMER_GROUP_PARTITION_METADATA: _replay_partition_metadata,
-    RecordType.CONSUMER_GROUP_MEMBER_METADATA: _replay_member_metadata,
-    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: _replay_target_member,
-    RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: _replay_target_metadata,
-    RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: _replay_current_assignment,
-    Unconfirmed: _replay_unconfirmed,
-}
-
-TIMER_KINDS = {SESSION_TIMER: _session_expired, REVOCATION_TIMER: _revocation_expired,
-               ASSIGNMENT_TIMER: _assignment_due}

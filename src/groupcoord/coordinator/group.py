@@ -74,8 +74,9 @@ class Group(ABC):
     def snapshot(self, durable: bool) -> object:
         """Plain, comparable data in external identities (member ids, topic ids, names).
         durable=True: only what the log restores (what recovery must reproduce exactly);
-        durable=False: everything, including volatile in-memory state (used to check that
-        handlers do not mutate)."""
+        durable=False: everything, including volatile in-memory state and the indexes replay
+        derives (holders, counters, registries), so that the harness's purity check sees a
+        handler that touches any of them."""
 
     def held_units(self) -> Optional[dict]:
         """member id -> iterable of units currently held (assigned or pending revocation);

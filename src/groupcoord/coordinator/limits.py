@@ -31,8 +31,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from groupcoord.coordinator.errors import error_response
 from groupcoord.coordinator.records import encode_record
 from groupcoord.coordinator.result import RequestContext, Result
+from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["check_request", "refuse_new_group", "validate_topic_name", "record_size",
@@ -51,9 +53,8 @@ RECORD_OVERHEAD_MIN = 7
 RECORD_OVERHEAD_MAX = 32
 
 # APIs whose handlers may create a group (consumed by refuse_new_group).
-OFFSET_COMMIT, JOIN_GROUP, CONSUMER_HEARTBEAT, CONNECT_HEARTBEAT = 8, 11, 68, 10000
-GROUP_CREATING_APIS = frozenset((OFFSET_COMMIT, JOIN_GROUP, CONSUMER_HEARTBEAT,
-                                 CONNECT_HEARTBEAT))
+GROUP_CREATING_APIS = frozenset((K.OFFSET_COMMIT, K.JOIN_GROUP, K.CONSUMER_GROUP_HEARTBEAT,
+                                 K.CONNECT_GROUP_HEARTBEAT))
 
 
 def validate_topic_name(name: str) -> Optional[str]:
@@ -202,15 +203,15 @@ def _check_connect_install(req, ctx, cfg) -> None:
 
 
 _CHECKS = {
-    OFFSET_COMMIT: _check_group_only,       # topics and metadata: offsets.handle_offset_commit
-    JOIN_GROUP: _check_join,
-    12: _check_group_only,                  # Heartbeat
-    13: _check_group_only,                  # LeaveGroup
-    14: _check_group_only,                  # SyncGroup
-    CONSUMER_HEARTBEAT: _check_consumer_heartbeat,
-    CONNECT_HEARTBEAT: _check_connect_heartbeat,
-    10001: _check_group_only,               # ConnectGroupPrepareAssignment
-    10002: _check_connect_install,
+    K.OFFSET_COMMIT: _check_group_only,   # topics and metadata: offsets.handle_offset_commit
+    K.JOIN_GROUP: _check_join,
+    K.HEARTBEAT: _check_group_only,
+    K.LEAVE_GROUP: _check_group_only,
+    K.SYNC_GROUP: _check_group_only,
+    K.CONSUMER_GROUP_HEARTBEAT: _check_consumer_heartbeat,
+    K.CONNECT_GROUP_HEARTBEAT: _check_connect_heartbeat,
+    K.CONNECT_GROUP_PREPARE_ASSIGNMENT: _check_group_only,
+    K.CONNECT_GROUP_INSTALL_ASSIGNMENT: _check_connect_install,
 }
 
 
@@ -224,7 +225,6 @@ def check_request(shard, req, ctx: RequestContext) -> Optional[Result]:
     try:
         fn(req, ctx, shard.config)
     except _Bad as bad:
-        from groupcoord.coordinator.shard import error_response
         return Result(error_response(req, ctx.version, bad.code, bad.message))
     return None
 
@@ -242,7 +242,6 @@ def refuse_new_group(shard, req, ctx: RequestContext, result: Result) -> Optiona
         return None
     if not (result.records or result.park is not None):
         return None                         # refused or answered without creating anything
-    from groupcoord.coordinator.shard import error_response
     return Result(error_response(
         req, ctx.version, E.POLICY_VIOLATION,
         "the coordinator shard of group %r holds %d groups (shard.max.groups): no new group "

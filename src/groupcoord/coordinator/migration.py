@@ -23,32 +23,31 @@ not touched. Parked classic JoinGroup/SyncGroup requests are answered REBALANCE_
 (the members rejoin, now as classic members of the consumer group); classic timers are
 cancelled and consumer session timers started with each member's classic session timeout.
 
-Classic members inside a consumer group (JoinGroup/SyncGroup/Heartbeat/LeaveGroup through
-classic.py's hooks for other group types) and the downgrade back to a classic group when the
-last member using the consumer protocol leaves are described at their sections below.
+The downgrade back to a classic group when the last member using the consumer protocol
+leaves is described at its section below. Classic members inside a consumer group
+(JoinGroup/SyncGroup/Heartbeat/LeaveGroup, routed by routing.py) are consumer_classic.py's.
 
-Everything here is a handler helper: it stages the conversion in a consumer ``Plan`` (the
-group as it will be, plus records), never mutating the shard. The replayers of classic.py
-and consumer.py apply the records.
+Everything here is a handler helper: consumer.py calls it with its ``Plan`` (the group as it
+will be, plus records), and it stages the conversion there, never mutating the shard. The
+replayers of classic.py and consumer.py apply the records. This module imports neither
+consumer.py nor connect.py: both group types build on it.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.coordinator import classic, ids, migration_connect
-from groupcoord.coordinator.consumer import (SESSION_TIMER, ConsumerGroup, Plan, Reject,
-                                             check_group_size, ensure_target,
-                                             replace_static_member, session_ms, update_member)
-from groupcoord.coordinator.reconcile import (EMPTY_SET, STABLE, MemberAssignment, unit,
-                                              units_of_index)
+from groupcoord.coordinator import classic
+from groupcoord.coordinator.errors import Reject
+from groupcoord.coordinator.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
 from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import ParkKey, Result, TimerKey
-from groupcoord.protocol import embedded
+from groupcoord.coordinator.result import ParkKey, TimerKey
+from groupcoord.coordinator.timers import CONSUMER_SESSION
+from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-__all__ = ["upgrade_plan", "classic_join", "classic_sync", "classic_heartbeat", "classic_leave",
-           "CONSUMER_PROTOCOL_TYPE"]
+__all__ = ["upgrade", "drop_classic", "maybe_downgrade", "classic_meta", "uses_classic",
+           "chosen_protocol", "classic_member_id", "topic_name", "CONSUMER_PROTOCOL_TYPE"]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -57,48 +56,49 @@ _Proto = m.ConsumerGroupMemberMetadataValueClassicProtocol
 
 
 # ====================================================================== upgrade
-def upgrade_plan(shard, group, create: bool, now_ms: int) -> Plan:
-    """The Plan a ConsumerGroupHeartbeat works on when ``group`` (not a consumer group)
-    holds the id: an empty classic group is dropped, a classic consumer-protocol group is
-    converted; anything else is refused with GROUP_ID_NOT_FOUND."""
+def upgrade(plan, group, create: bool) -> None:
+    """Stage in ``plan`` (a consumer.Plan of a group id that ``group``, not a consumer group,
+    holds; opened with no group) what a ConsumerGroupHeartbeat's conversion needs: an empty
+    classic group is dropped, a classic consumer-protocol group is converted; anything else
+    is refused with Reject(GROUP_ID_NOT_FOUND)."""
     gid = group.group_id
     if not create or not isinstance(group, classic.ClassicGroup):
         raise Reject(E.GROUP_ID_NOT_FOUND, "Group %s is not a consumer group." % gid)
-    plan = Plan(shard, gid, None, now_ms)
     if not group.members:
-        _drop_classic(plan, group)
-        return plan
+        drop_classic(plan, group)
+        return
     if group.protocol_type() != CONSUMER_PROTOCOL_TYPE:
         raise Reject(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a consumer "
                      "group: its protocol type is %r, not 'consumer'."
                      % (gid, group.protocol_type()))
-    limit = shard.config.consumer_max_size
+    limit = plan.shard.config.consumer_max_size
     if len(group.members) >= limit:
         raise Reject(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum "
                      "capacity of %d members." % limit)
     members = [(mb, _decode_member(group, mb)) for mb in group.members.values()]
-    _drop_classic(plan, group)
+    drop_classic(plan, group)
     _convert(plan, group, members)
-    return plan
 
 
-def _drop_classic(plan: Plan, g) -> None:
-    """The classic group's tombstone; its parked requests are answered REBALANCE_IN_PROGRESS
-    (the members rejoin the new group) and its timers cancelled."""
+def drop_classic(tx, g) -> None:
+    """Stage in ``tx`` (a GroupTx) the end of the classic group ``g``: its tombstone; its
+    parked requests answered REBALANCE_IN_PROGRESS (the members rejoin the new group); its
+    timers cancelled. Shared by both upgrades (consumer here, connect in
+    migration_connect.py)."""
     gid = g.group_id
-    plan.records.append(Record(m.GroupMetadataKey(group=gid), None))
+    tx.emit(Record(m.GroupMetadataKey(group=gid), None))
     for mid, mb in g.members.items():
         if mb.joined:
-            plan.completions.append((ParkKey(gid, mid, "join"), classic._join_error(
-                mb.join_version, E.REBALANCE_IN_PROGRESS, mid)))
+            tx.complete(ParkKey(gid, mid, "join"), classic._join_error(
+                mb.join_version, E.REBALANCE_IN_PROGRESS, mid))
         if mb.sync_parked:
-            plan.completions.append((ParkKey(gid, mid, "sync"), classic._sync_response(
-                g, mb.sync_version, E.REBALANCE_IN_PROGRESS)))
-        plan.timers.append((TimerKey(classic.SESSION, gid, mid), None))
+            tx.complete(ParkKey(gid, mid, "sync"), classic._sync_response(
+                g, mb.sync_version, E.REBALANCE_IN_PROGRESS))
+        tx.schedule(TimerKey(classic.SESSION, gid, mid), None)
     for mid in g.pending:
-        plan.timers.append((TimerKey(classic.SESSION, gid, mid), None))
-    plan.timers.append((TimerKey(classic.JOIN, gid), None))
-    plan.timers.append((TimerKey(classic.SYNC, gid), None))
+        tx.schedule(TimerKey(classic.SESSION, gid, mid), None)
+    tx.schedule(TimerKey(classic.JOIN, gid), None)
+    tx.schedule(TimerKey(classic.SYNC, gid), None)
 
 
 def _decode_member(g, mb) -> tuple:
@@ -110,7 +110,7 @@ def _decode_member(g, mb) -> tuple:
     try:
         _, sub = embedded.decode_subscription(md)
         assignment = embedded.decode_assignment(mb.assignment)[1] if mb.assignment else None
-    except Exception as exc:     # any codec error: the member's bytes are not the protocol
+    except ProtocolError as exc:     # the member's bytes are not the consumer protocol
         raise Reject(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a consumer "
                      "group: member %s's subscription or assignment is not a valid consumer "
                      "protocol message (%s)." % (gid, mb.member_id, exc)) from None
@@ -130,7 +130,7 @@ def classic_meta(sub, rebalance_timeout: int, protocols, client_id: str,
             supported_protocols=[_Proto(name=n, metadata=bytes(md)) for n, md in protocols]))
 
 
-def _convert(plan: Plan, g, members) -> None:
+def _convert(plan, g, members) -> None:
     """Stage every classic member in the (new) consumer group at the classic generation."""
     gid, gen, catalog = g.group_id, g.generation, plan.shard.topics
     taken: set = set()
@@ -165,24 +165,14 @@ def _convert(plan: Plan, g, members) -> None:
     for mb, _ in members:
         mid = mb.member_id
         plan.put_assignment(mid, MemberAssignment(gen, gen, STABLE, units_of[mid], EMPTY_SET))
-        plan.timers.append((TimerKey(SESSION_TIMER, gid, mid), plan.now + mb.session_timeout))
+        plan.timers.append((TimerKey(CONSUMER_SESSION, gid, mid), plan.now + mb.session_timeout))
     plan.fresh.clear()
 
 
 # ====================================================================== classic members
 # A consumer group member "uses the classic protocol" when its metadata carries
-# classic_member_metadata. It speaks JoinGroup/SyncGroup/Heartbeat/LeaveGroup; the
-# coordinator assigns for it exactly as for the other members (same Plan steps):
-#   JoinGroup   update the subscription, reconcile (owned partitions from the subscription),
-#               answer at once: generation = member epoch, leader = the member, no members
-#   SyncGroup   its assigned partitions as a ConsumerProtocolAssignment
-#   Heartbeat   REBALANCE_IN_PROGRESS while it must rejoin (not STABLE at the group epoch)
-#   LeaveGroup  removed like a consumer member that leaves (epoch bump)
-
-def _is_connect(g) -> bool:
-    """Classic workers of a connect group are migration_connect.py's."""
-    return getattr(g, "TYPE", None) == "connect"
-
+# classic_member_metadata. Its JoinGroup/SyncGroup/Heartbeat/LeaveGroup are consumer_classic.py's
+# (routing.py sends them there); these helpers are shared with it and migration_connect.py.
 
 def uses_classic(mem) -> bool:
     return mem is not None and mem.meta.classic_member_metadata is not None
@@ -192,85 +182,6 @@ def chosen_protocol(meta) -> tuple:
     """(name, metadata) of the classic protocol a member uses: the first it supports."""
     p = meta.classic_member_metadata.supported_protocols[0]
     return p.name, p.metadata
-
-
-def classic_join(shard, g, req, ctx) -> Result:
-    """JoinGroup into a consumer group (classic.handle_join's hook for other group types)."""
-    if _is_connect(g):
-        return migration_connect.classic_join(shard, g, req, ctx)
-    v = ctx.version
-    if not isinstance(g, ConsumerGroup):
-        return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-    cfg = shard.config
-    if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms \
-            <= cfg.group_max_session_timeout_ms:
-        return Result(classic._join_error(v, E.INVALID_SESSION_TIMEOUT, req.member_id))
-    protocols = tuple((p.name, bytes(p.metadata)) for p in req.protocols)
-    if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
-        return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-    try:
-        _, sub = embedded.decode_subscription(protocols[0][1])
-    except Exception:             # the bytes are not a consumer subscription
-        return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-    instance = req.group_instance_id if v >= 5 else None
-    rt = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms >= 0 \
-        else req.session_timeout_ms
-    plan = Plan(shard, g.group_id, g, ctx.now_ms)
-    try:
-        mid, base, replaced = _join_member(plan, g, req.member_id, instance, ctx)
-    except Reject as rej:
-        return Result(classic._join_error(v, rej.code, req.member_id))
-    if instance is None and base is not None:
-        instance = base.instance_id      # a static member rejoining at JoinGroup v0-v4
-    meta = classic_meta(sub, rt, protocols, ctx.client_id, ctx.client_host, instance,
-                        req.session_timeout_ms)
-    update_member(plan, mid, base, meta, replaced)
-    ensure_target(plan)
-    owned = EMPTY_SET if base is None else _owned_units(plan, sub)
-    _, nxt = plan.reconcile(mid, owned)
-    plan.timers.append((TimerKey(SESSION_TIMER, g.group_id, mid),
-                        ctx.now_ms + req.session_timeout_ms))
-    return plan.result(m.JoinGroupResponse(
-        error_code=0, generation_id=nxt.epoch,
-        protocol_type=CONSUMER_PROTOCOL_TYPE if v >= 7 else None,
-        protocol_name=protocols[0][0], leader=mid, skip_assignment=False, member_id=mid,
-        members=[]))
-
-
-def _join_member(plan: Plan, g, member_id: str, instance: Optional[str], ctx) -> tuple:
-    """(member id, metadata before this join or None, replaced?) of a classic JoinGroup."""
-    if member_id:
-        mem = g.members.get(member_id)
-        if not uses_classic(mem):
-            raise Reject(E.UNKNOWN_MEMBER_ID, "not a classic member of the group")
-        if instance is not None and g.static.get(instance) != member_id:
-            raise Reject(E.FENCED_INSTANCE_ID, "another member holds the instance id")
-        return member_id, mem.meta, False
-    check_group_size(plan, "")
-    holder_id = g.static.get(instance) if instance is not None else None
-    prefix = instance if instance is not None else ctx.client_id
-    new_id = ids.generated_id(g.group_id, ctx.now_ms, g.epoch, len(g.members), prefix,
-                              holder_id or "")
-    if prefix:
-        new_id = "%s-%s" % (prefix, new_id)       # like classic groups' member ids
-    if holder_id is None:
-        return new_id, None, False
-    # A static member rejoining under a new id takes its predecessor's place.
-    holder = g.members[holder_id]
-    replace_static_member(plan, holder, new_id)
-    return new_id, holder.meta, True
-
-
-def _owned_units(plan: Plan, sub) -> frozenset:
-    """The partitions the member says it owns (its subscription's OwnedPartitions)."""
-    ix_of = plan.group.topic_ix.get
-    catalog = plan.shard.topics
-    out = []
-    for tp in sub.owned_partitions:
-        t = catalog.get(tp.topic)
-        ix = ix_of(t.topic_id, -1) if t is not None else -1
-        out.extend(units_of_index(ix, tp.partitions))
-    return frozenset(out)
 
 
 def classic_member_id(g, member_id: str, instance: Optional[str],
@@ -290,96 +201,15 @@ def classic_member_id(g, member_id: str, instance: Optional[str],
     return member_id, 0
 
 
-def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
-    """(member, 0) or (None, error code)."""
-    mid, err = classic_member_id(g, member_id, instance)
-    return (None, err) if err else (g.members[mid], 0)
-
-
-def classic_sync(shard, g, req, ctx) -> Result:
-    if _is_connect(g):
-        return migration_connect.classic_sync(shard, g, req, ctx)
-    v = ctx.version
-    if not isinstance(g, ConsumerGroup):
-        return Result(m.SyncGroupResponse(error_code=int(E.UNKNOWN_MEMBER_ID)))
-    mem, err = _classic_member(g, req.member_id, req.group_instance_id if v >= 3 else None)
-    if not err and req.generation_id != mem.a.epoch:
-        err = E.ILLEGAL_GENERATION
-    name = chosen_protocol(mem.meta)[0] if not err else None
-    if not err and v >= 5 and (
-            req.protocol_type is not None and req.protocol_type != CONSUMER_PROTOCOL_TYPE or
-            req.protocol_name is not None and req.protocol_name != name):
-        err = E.INCONSISTENT_GROUP_PROTOCOL
-    if err:
-        return Result(m.SyncGroupResponse(error_code=int(err)))
-    plan = Plan(shard, g.group_id, g, ctx.now_ms)
-    by: dict = {}
-    for tid, p in g.external(mem.a.assigned):
-        by.setdefault(shard.topics.by_id[tid].name if tid in shard.topics.by_id
-                      else _name_of(g, tid), []).append(p)
-    md = chosen_protocol(mem.meta)[1]
-    version = min(int.from_bytes(bytes(md[:2]), "big", signed=True),
-                  m.ConsumerProtocolAssignment.VERSIONS[1]) if len(md) >= 2 else 0
-    blob = embedded.encode_assignment(m.ConsumerProtocolAssignment(assigned_partitions=[
-        m.ConsumerProtocolAssignmentTopicPartition(topic=t, partitions=ps)
-        for t, ps in sorted(by.items())]), max(version, 0))
-    plan.timers.append((mem.session_key, ctx.now_ms + session_ms(mem.meta, 0)))
-    return plan.result(m.SyncGroupResponse(
-        error_code=0, assignment=blob,
-        protocol_type=CONSUMER_PROTOCOL_TYPE if v >= 5 else None,
-        protocol_name=name if v >= 5 else None))
-
-
-def _name_of(g, tid: bytes) -> str:
+def topic_name(g, tid: bytes) -> str:
     for n, (t, _) in g.topic_meta.items():
         if t == tid:
             return n
     return ""
 
 
-def classic_heartbeat(shard, g, req, ctx) -> Result:
-    if _is_connect(g):
-        return migration_connect.classic_heartbeat(shard, g, req, ctx)
-    if not isinstance(g, ConsumerGroup):
-        return Result(m.HeartbeatResponse(error_code=int(E.UNKNOWN_MEMBER_ID)))
-    mem, err = _classic_member(g, req.member_id,
-                               req.group_instance_id if ctx.version >= 3 else None)
-    if not err and req.generation_id != mem.a.epoch:
-        err = E.ILLEGAL_GENERATION
-    if err:
-        return Result(m.HeartbeatResponse(error_code=int(err)))
-    a = mem.a
-    # Rejoin while the member is not converged on the group's current epoch: its JoinGroup
-    # computes the target and moves it on (revoking first, as for any member).
-    code = E.REBALANCE_IN_PROGRESS if a.state != STABLE or a.epoch != g.epoch else E.NONE
-    return Result(m.HeartbeatResponse(error_code=int(code)),
-                  timers=((mem.session_key, ctx.now_ms + session_ms(mem.meta, 0)),))
-
-
-def classic_leave(shard, g, req, ctx) -> Result:
-    if _is_connect(g):
-        return migration_connect.classic_leave(shard, g, req, ctx)
-    v = ctx.version
-    who = [(mi.member_id, mi.group_instance_id) for mi in req.members] if v >= 3 \
-        else [(req.member_id, None)]
-    plan = Plan(shard, g.group_id, g, ctx.now_ms) if isinstance(g, ConsumerGroup) else None
-    codes = []
-    for member_id, instance in who:
-        if plan is None:
-            codes.append(E.UNKNOWN_MEMBER_ID)
-            continue
-        mem, err = _classic_member(g, member_id, instance)
-        if not err and mem.member_id in plan.removed:
-            err = E.UNKNOWN_MEMBER_ID
-        if not err:
-            plan.fence(mem.member_id)
-        codes.append(err)
-    resp = classic.leave_response(v, who, codes)
-    return plan.result(resp) if plan is not None else Result(resp)
-
-
 # ====================================================================== downgrade
-def maybe_downgrade(plan: Plan, left_id: str) -> None:
+def maybe_downgrade(plan, left_id: str) -> None:
     """After ``left_id`` was removed in ``plan``: when it was the last member using the
     consumer protocol and classic members remain (with a protocol they all support), append
     the conversion back to a classic group in PreparingRebalance (they must rejoin)."""
@@ -401,7 +231,7 @@ def maybe_downgrade(plan: Plan, left_id: str) -> None:
     _downgrade(plan, members)
 
 
-def _as_classic_member(plan: Plan, mid: str):
+def _as_classic_member(plan, mid: str):
     meta = plan.meta(mid)
     cm = meta.classic_member_metadata
     protocols = tuple((p.name, bytes(p.metadata)) for p in cm.supported_protocols)
@@ -411,14 +241,14 @@ def _as_classic_member(plan: Plan, mid: str):
                                               protocols[0][1]))
 
 
-def _encoded_assignment(plan: Plan, units, subscription: bytes) -> bytes:
+def _encoded_assignment(plan, units, subscription: bytes) -> bytes:
     """Units as a ConsumerProtocolAssignment, in the version of the member's subscription."""
     catalog = plan.shard.topics
     by: dict = {}
     for u in units:
         tid = plan.topic_id(u >> 32)
         t = catalog.by_id.get(tid)
-        name = t.name if t is not None else _name_of(plan.group, tid)
+        name = t.name if t is not None else topic_name(plan.group, tid)
         by.setdefault(name, []).append(u & 0xFFFFFFFF)
     version = int.from_bytes(bytes(subscription[:2]), "big", signed=True) \
         if len(subscription) >= 2 else 0
@@ -428,7 +258,7 @@ def _encoded_assignment(plan: Plan, units, subscription: bytes) -> bytes:
         for n, ps in sorted(by.items())]), version)
 
 
-def _downgrade(plan: Plan, members) -> None:
+def _downgrade(plan, members) -> None:
     """Consumer-group tombstones, then the classic group's GroupMetadata (generation = the
     group epoch after the leave, current assignments kept) and a rebalance."""
     gid, now = plan.group_id, plan.now

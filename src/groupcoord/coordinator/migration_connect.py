@@ -26,8 +26,8 @@ allocation (in its metadata) plus what its last SyncGroup assigned minus what it
 Classic Connect assignments list a connector itself as task id -1 (ConnectProtocol's
 CONNECTOR_TASK); our units use sub = task + 1, so the connector (-1) is sub 0.
 
-Classic workers inside a connect group (classic.py routes JoinGroup/SyncGroup/Heartbeat/
-LeaveGroup for a connect group here, through migration.py):
+Classic workers inside a connect group (routing.py sends JoinGroup/SyncGroup/Heartbeat/
+LeaveGroup here when a connect group holds the id):
   JoinGroup   answered at once: generation = member epoch (after reconciling towards the
               target with what it owns), leader = the new-protocol worker last chosen to
               compute (never itself: it must not run an assignor), no members
@@ -42,129 +42,69 @@ Downgrade: when a removal leaves only classic workers (nobody could compute any 
 share a protocol, the same Result converts the group back to a classic Connect group in
 PreparingRebalance (see the downgrade section below).
 
-Handlers only: every change is expressed as connect records replayed by connect.py.
+Handlers only: every change is expressed as connect records replayed by connect.py. This
+module builds on connect_group.py (the model) and migration.py (the classic side shared with
+consumer groups); connect.py imports it for the upgrade and the downgrade, routing.py for
+the classic workers' requests.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Optional
 
-from groupcoord.coordinator import classic, connect, ids
+from groupcoord.coordinator import classic, ids
 from groupcoord.coordinator import reconcile as rc
+from groupcoord.coordinator.connect_group import (_CTL, ASSIGNMENT, DELAYED, NO_TARGET,
+                                                  REVOCATION, SESSION, UNKNOWN_UNIT,
+                                                  _allocation_pairs, _choose, _ctl, _leader,
+                                                  _new_protocol, _pairs, _protocol_version,
+                                                  _rec_current, _rec_epoch, _rec_member,
+                                                  _rec_target_meta, _units, _wire,
+                                                  uses_classic, validate_first_heartbeat,
+                                                  worker_tombstones)
+from groupcoord.coordinator.errors import Reject
+from groupcoord.coordinator.migration import classic_member_id, drop_classic
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import Result, TimerKey
-from groupcoord.protocol import embedded
+from groupcoord.coordinator.tx import GroupTx
+from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-__all__ = ["upgrade", "maybe_downgrade", "classic_join", "classic_sync", "classic_heartbeat",
-           "classic_leave", "uses_classic", "CONNECT_PROTOCOL_TYPE"]
+__all__ = ["upgrade", "maybe_downgrade", "remove_members", "classic_join", "classic_sync",
+           "classic_heartbeat", "classic_leave", "CONNECT_PROTOCOL_TYPE"]
 
 CONNECT_PROTOCOL_TYPE = "connect"
-CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
 _Classic = m.ConnectWorkerGroupMemberMetadataValueClassicMemberMetadata
 _Proto = m.ConnectWorkerGroupMemberMetadataValueClassicProtocol
-_CTL = m.ConnectWorkerAssignmentConnectorTaskList
-
-
-def uses_classic(meta) -> bool:
-    return meta is not None and meta.classic_member_metadata is not None
-
-
-class _Refused(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
-# ====================================================================== (connector, task) pairs
-def _pairs(ctls) -> list:
-    """ConnectorTaskList entries -> [(connector, task id or -1)] in order."""
-    return [(c.connector, t) for c in ctls or () for t in c.tasks]
-
-
-def _wire(pairs) -> tuple:
-    """Pairs -> (connector names, [(connector, task ids)]) sorted, as connect records want."""
-    conns, tasks = set(), {}
-    for c, t in pairs:
-        if t == CONNECTOR_TASK:
-            conns.add(c)
-        else:
-            tasks.setdefault(c, set()).add(t)
-    return sorted(conns), [(c, sorted(tasks[c])) for c in sorted(tasks)]
-
-
-def _ctl(g, units) -> list:
-    """Units -> ConnectorTaskList entries (connector as task -1), sorted."""
-    by: dict = {}
-    for name, t in g.names(units):
-        by.setdefault(name, []).append(t)
-    return [_CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
-
-
-def _units(g, pairs) -> frozenset:
-    """Pairs -> units of ``g`` (unknown connectors -> connect.UNKNOWN_UNIT). Lookup only."""
-    look = g._cidx.get
-    out = set()
-    for c, t in pairs:
-        i = look(c, -1)
-        out.add(rc.unit(i, t + 1) if i >= 0 and t >= CONNECTOR_TASK else connect.UNKNOWN_UNIT)
-    return frozenset(out)
-
-
-def _protocol_version(name: str, metadata: bytes) -> int:
-    try:
-        return min(embedded.decode_connect_metadata(metadata)[0],
-                   m.ConnectWorkerAssignment.VERSIONS[1])
-    except Exception:
-        return {"compatible": 1, "sessioned": 2}.get(name, 0)
-
-
-def _allocation_pairs(metadata: bytes) -> list:
-    """What a v1+ worker says it owns in its JoinGroup metadata (allocation)."""
-    version, wm = embedded.decode_connect_metadata(metadata)
-    if version < 1 or not wm.allocation:
-        return []
-    return _pairs(embedded.decode_connect_assignment(wm.allocation)[1].assignment)
 
 
 # ====================================================================== upgrade
-def upgrade(shard, group, req, ctx) -> Result:
-    """ConnectGroupHeartbeat (already validated) for a group id held by a non-connect group."""
+def upgrade(tx: GroupTx, shard, group, req) -> None:
+    """Stage in ``tx`` the conversion of ``group`` (a classic group holding the id of the
+    joining ConnectGroupHeartbeat ``req``, already validated) into a connect group; Reject,
+    with nothing staged, when it cannot be (GROUP_ID_NOT_FOUND, INVALID_REQUEST,
+    GROUP_MAX_SIZE_REACHED). connect.py then runs the heartbeat on the converted group."""
     gid = req.group_id
     if req.member_epoch != 0 or not isinstance(group, classic.ClassicGroup):
-        return connect._hb_error(E.GROUP_ID_NOT_FOUND, "group %s is a %s group, not a connect "
-                                 "group" % (gid, group.TYPE))
-    why = connect._validate_first_heartbeat(req)
+        raise Reject(E.GROUP_ID_NOT_FOUND, "group %s is a %s group, not a connect group"
+                     % (gid, group.TYPE))
+    why = validate_first_heartbeat(req)
     if why:
-        return connect._hb_error(E.INVALID_REQUEST, why)
+        raise Reject(E.INVALID_REQUEST, why)
     if group.members and group.protocol_type() != CONNECT_PROTOCOL_TYPE:
-        return connect._hb_error(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a "
-                                 "connect group: its protocol type is %r, not 'connect'."
-                                 % (gid, group.protocol_type()))
+        raise Reject(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a connect "
+                     "group: its protocol type is %r, not 'connect'."
+                     % (gid, group.protocol_type()))
     cfg = shard.config
     if len(group.members) >= cfg.connect_max_size:
-        return connect._hb_error(E.GROUP_MAX_SIZE_REACHED, "group %s has reached its maximum "
-                                 "size of %d workers" % (gid, cfg.connect_max_size))
-    try:
-        decoded = [(mb, _decode_worker(group, mb)) for mb in group.members.values()]
-    except _Refused as ref:
-        return connect._hb_error(ref.code, ref.message)
-    drop = SimpleNamespace(records=[], completions=[], timers=[])
-    from groupcoord.coordinator import migration      # its classic-group tombstone helper
-    migration._drop_classic(drop, group)
-    recs = list(drop.records)
-    timers = list(drop.timers)
+        raise Reject(E.GROUP_MAX_SIZE_REACHED, "group %s has reached its maximum size of %d "
+                     "workers" % (gid, cfg.connect_max_size))
+    decoded = [(mb, _decode_worker(group, mb)) for mb in group.members.values()]
+    drop_classic(tx, group)
     if decoded:
-        recs += _convert(group, decoded)
-        timers += [(TimerKey(connect.SESSION, gid, mb.member_id),
-                    ctx.now_ms + mb.session_timeout) for mb, _ in decoded]
-    view = _view(shard, gid, recs)
-    res = connect._join_or_heartbeat(view, req, ctx, cfg)
-    if res.response.error_code not in (0, E.COMPUTE_ASSIGNMENT):
-        return res                  # the join is refused: the classic group stays as it was
-    return Result(res.response, tuple(recs) + tuple(res.records),
-                  tuple(timers) + tuple(res.timers), tuple(drop.completions))
+        tx.emit_all(_convert(group, decoded))
+        for mb, _ in decoded:
+            tx.schedule(TimerKey(SESSION, gid, mb.member_id), tx.now + mb.session_timeout)
 
 
 def _decode_worker(g, mb) -> tuple:
@@ -181,10 +121,10 @@ def _decode_worker(g, mb) -> tuple:
             got = _pairs(a.assignment)
             owned = got if version == 0 else \
                 [p for p in dict.fromkeys(owned + got) if p not in revoked]
-    except Exception as exc:        # any codec error: the bytes are not the Connect protocol
-        raise _Refused(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a connect "
-                       "group: worker %s's metadata or assignment is not a valid Connect "
-                       "protocol message (%s)." % (g.group_id, mb.member_id, exc)) from None
+    except ProtocolError as exc:    # the bytes are not the Connect protocol
+        raise Reject(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a connect "
+                     "group: worker %s's metadata or assignment is not a valid Connect "
+                     "protocol message (%s)." % (g.group_id, mb.member_id, exc)) from None
     return wm.url, owned
 
 
@@ -209,10 +149,10 @@ def _convert(g, decoded) -> list:
                 taken.add(p)
                 mine.append(p)
         owned_of[mb.member_id] = _wire(mine)
-    recs = [connect._rec_member(gid, mb.member_id, classic_meta(
+    recs = [_rec_member(gid, mb.member_id, classic_meta(
         url, mb.instance_id, mb.client_id, mb.client_host, mb.rebalance_timeout,
         mb.session_timeout, mb.protocols)) for mb, (url, _) in decoded]
-    recs.append(connect._rec_epoch(gid, gen))
+    recs.append(_rec_epoch(gid, gen))
     T = m.ConnectWorkerGroupTargetAssignmentMemberValueConnectorTasks
     C = m.ConnectWorkerGroupCurrentMemberAssignmentValueConnectorTasks
     for mid, (conns, tasks) in owned_of.items():
@@ -220,7 +160,7 @@ def _convert(g, decoded) -> list:
                            m.ConnectWorkerGroupTargetAssignmentMemberValue(
                                connectors=conns, tasks=[T(connector=c, task_ids=t)
                                                         for c, t in tasks])))
-    recs.append(connect._rec_target_meta(gid, gen, 0, None, None, -1))
+    recs.append(_rec_target_meta(gid, gen, 0, None, None, -1))
     for mid, (conns, tasks) in owned_of.items():
         recs.append(Record(m.ConnectWorkerGroupCurrentMemberAssignmentKey(gid, mid),
                            m.ConnectWorkerGroupCurrentMemberAssignmentValue(
@@ -230,31 +170,9 @@ def _convert(g, decoded) -> list:
     return recs
 
 
-def _view(shard, gid, recs):
-    """The connect group as the upgrade records leave it, built on a scratch shard by
-    connect.py's own replayers (the live shard is not touched)."""
-    scratch = SimpleNamespace(groups={}, config=shard.config)
-    for r in recs:
-        if not isinstance(r.key, m.GroupMetadataKey):
-            connect.REPLAYERS[r.type](scratch, r.key, r.value)
-    g = scratch.groups.get(gid)
-    if g is None:
-        g = connect.ConnectGroup(gid)
-        g.session_ms = shard.config.connect_session_timeout_ms
-    return g
-
-
 # ====================================================================== classic workers
 def _join_error(v, code, member_id=""):
     return Result(classic._join_error(v, code, member_id))
-
-
-def _leader(g) -> tuple:
-    """(member id, url) of the new-protocol worker last chosen to compute, or ("", "")."""
-    meta = g.members.get(g.leader) if g.leader is not None else None
-    if meta is None or uses_classic(meta):
-        return "", ""
-    return g.leader, meta.worker_url or ""
 
 
 def classic_join(shard, g, req, ctx) -> Result:
@@ -269,7 +187,7 @@ def classic_join(shard, g, req, ctx) -> Result:
     try:
         _, wm = embedded.decode_connect_metadata(md)
         owned_pairs = _allocation_pairs(md)
-    except Exception:               # not ConnectProtocol metadata
+    except ProtocolError:           # not ConnectProtocol metadata
         return _join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
     instance = req.group_instance_id if v >= 5 else None
     rt = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms >= 0 \
@@ -296,46 +214,45 @@ def classic_join(shard, g, req, ctx) -> Result:
     new_meta = classic_meta(wm.url, instance if instance is not None else
                             (meta.instance_id if meta else None), ctx.client_id,
                             ctx.client_host, rt, req.session_timeout_ms, protocols)
-    recs, timers = [], [(TimerKey(connect.SESSION, gid, mid), now + req.session_timeout_ms)]
+    tx = GroupTx(gid, now)
+    tx.schedule(TimerKey(SESSION, gid, mid), now + req.session_timeout_ms)
     if new_meta != meta:
-        recs.append(connect._rec_member(gid, mid, new_meta))
+        tx.emit(_rec_member(gid, mid, new_meta))
     epoch = g.epoch
     if meta is None:                # a join bumps the epoch; a new-protocol worker computes
         epoch += 1
-        recs.append(connect._rec_epoch(gid, epoch))
+        tx.emit(_rec_epoch(gid, epoch))
         members = dict(g.members)
         members[mid] = new_meta
-        events, ctimers, _ = connect._choose(g, members, epoch, g.target_epoch, now)
-        recs += events
-        timers += ctimers
+        events, ctimers, _ = _choose(g, members, epoch, g.target_epoch, now)
+        tx.emit_all(events)
+        tx.schedule_all(ctimers)
     # Eager (v0) workers revoke everything before joining; v1+ report their allocation.
     owned = _units(g, owned_pairs) if meta is not None else rc.EMPTY_SET
-    target = g.target.get(mid, connect.NO_TARGET)
+    target = g.target.get(mid, NO_TARGET)
     nxt = rc.next_assignment(cur, g.target_epoch, target.units, owned, g.holders, mid)
     if nxt != cur or meta is None:
-        recs.append(connect._rec_current(g, mid, nxt))
-    rkey = TimerKey(connect.REVOCATION, gid, mid)
+        tx.emit(_rec_current(g, mid, nxt))
+    rkey = TimerKey(REVOCATION, gid, mid)
     if nxt.state == rc.UNREVOKED and (cur.state != rc.UNREVOKED or meta is None):
-        timers.append((rkey, now + rt))
+        tx.schedule(rkey, now + rt)
     elif cur.state == rc.UNREVOKED and nxt.state != rc.UNREVOKED:
-        timers.append((rkey, None))
+        tx.schedule(rkey, None)
     leader, _ = _leader(g)
-    return Result(m.JoinGroupResponse(
+    return tx.result(m.JoinGroupResponse(
         error_code=0, generation_id=nxt.epoch,
         protocol_type=CONNECT_PROTOCOL_TYPE if v >= 7 else None, protocol_name=name,
-        leader=leader, skip_assignment=False, member_id=mid, members=[]),
-        tuple(recs), tuple(timers))
+        leader=leader, skip_assignment=False, member_id=mid, members=[]))
 
 
 def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
     """(member id, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a worker."""
-    from groupcoord.coordinator import migration     # (it imports this module)
-    return migration.classic_member_id(g, member_id, instance, uses_classic)
+    return classic_member_id(g, member_id, instance, uses_classic)
 
 
 def _session(g, mid, now):
     cm = g.members[mid].classic_member_metadata
-    return (TimerKey(connect.SESSION, g.group_id, mid), now + cm.session_timeout_ms)
+    return (TimerKey(SESSION, g.group_id, mid), now + cm.session_timeout_ms)
 
 
 def classic_sync(shard, g, req, ctx) -> Result:
@@ -357,7 +274,7 @@ def classic_sync(shard, g, req, ctx) -> Result:
     if version == 0:
         assigned, revoked = a.assigned, None
     else:
-        owned = _units(g, _allocation_pairs(md)) - {connect.UNKNOWN_UNIT}
+        owned = _units(g, _allocation_pairs(md)) - {UNKNOWN_UNIT}
         assigned, revoked = a.assigned - owned, _ctl(g, owned - a.assigned)
     leader, url = _leader(g)
     blob = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
@@ -399,29 +316,25 @@ def classic_leave(shard, g, req, ctx) -> Result:
     resp = classic.leave_response(v, who, codes)
     if not leaving:
         return Result(resp)
-    recs, timers = remove_members(g, leaving, ctx.now_ms, shard.config)
-    return Result(resp, recs, timers)
+    tx = GroupTx(g.group_id, ctx.now_ms)
+    remove_members(tx, g, leaving, shard.config)
+    return tx.result(resp)
 
 
-def remove_members(g, mids, now, cfg=None) -> tuple:
-    """Records and timers removing several workers at once (one epoch bump); back to a
-    classic group when only classic workers remain (maybe_downgrade)."""
-    gid = g.group_id
-    recs, timers = [], []
+def remove_members(tx: GroupTx, g, mids, cfg=None) -> None:
+    """Stage the removal of several workers at once (one epoch bump); back to a classic
+    group when only classic workers remain (maybe_downgrade)."""
     members = g.members.copy()        # keeps the assignor signature counts
     for mid in mids:
-        r, t = connect.worker_tombstones(g, mid)
-        recs += r
-        timers += t
+        worker_tombstones(tx, g, mid)
         members.pop(mid, None)
-    recs.append(connect._rec_epoch(gid, g.epoch + 1))
+    tx.emit(_rec_epoch(g.group_id, g.epoch + 1))
     computing = None if g.computing in mids else ""
-    events, ctimers, _ = connect._choose(g, members, g.epoch + 1, g.target_epoch, now,
-                                         computing=computing)
-    down = maybe_downgrade(g, members, g.epoch + 1, now, cfg)
-    if down is not None:
-        return tuple(recs) + events + down[0], tuple(timers) + ctimers + down[1]
-    return tuple(recs) + events, tuple(timers) + ctimers
+    events, ctimers, _ = _choose(g, members, g.epoch + 1, g.target_epoch, tx.now,
+                                 computing=computing)
+    tx.emit_all(events)
+    tx.schedule_all(ctimers)
+    maybe_downgrade(tx, g, members, g.epoch + 1, cfg)
 
 
 # ====================================================================== downgrade
@@ -441,20 +354,20 @@ def remove_members(g, mids, now, cfg=None) -> tuple:
 # exceed group_max_size: the group stays a connect group (its classic workers keep their
 # targets) until a later removal or a new-protocol worker's join changes that.
 
-def maybe_downgrade(g, members, epoch: int, now: int, cfg) -> Optional[tuple]:
-    """``members``: the workers left after a removal taking the group to ``epoch``.
-    -> (records, timers) of the conversion to a classic group, or None."""
-    if not members or connect._new_protocol(members):
-        return None              # empty, or someone speaks ConnectGroupHeartbeat: stay
+def maybe_downgrade(tx: GroupTx, g, members, epoch: int, cfg) -> None:
+    """``members``: the workers left after a removal (staged in ``tx``) taking the group to
+    ``epoch``. Stage the conversion to a classic group when it applies."""
+    if not members or _new_protocol(members):
+        return                   # empty, or someone speaks ConnectGroupHeartbeat: stay
     if cfg is not None and len(members) > cfg.group_max_size:
-        return None
+        return
     workers = [_as_classic_worker(g, mid, members[mid]) for mid in sorted(members)]
     common = set(n for n, _ in workers[0].protocols)
     for mb in workers[1:]:
         common &= set(n for n, _ in mb.protocols)
     if not common:
-        return None              # no protocol every worker speaks: a classic group can't form
-    return _downgrade(g, members, workers, epoch, now)
+        return                   # no protocol every worker speaks: a classic group can't form
+    _downgrade(tx, g, members, workers, epoch)
 
 
 def _as_classic_worker(g, mid, meta):
@@ -464,17 +377,15 @@ def _as_classic_worker(g, mid, meta):
                           tuple((p.name, bytes(p.metadata)) for p in cm.supported_protocols))
 
 
-def _downgrade(g, members, workers, epoch, now) -> tuple:
-    gid = g.group_id
-    recs, timers = [], []
+def _downgrade(tx: GroupTx, g, members, workers, epoch) -> None:
+    gid, now = g.group_id, tx.now
     for mb in workers:
-        r, t = connect.worker_tombstones(g, mb.member_id)
-        recs += r
-        timers += t
-    recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
-             Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
-             Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]
-    timers += [(TimerKey(connect.ASSIGNMENT, gid), None), (TimerKey(connect.DELAYED, gid), None)]
+        worker_tombstones(tx, g, mb.member_id)
+    tx.emit_all((Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)))
+    tx.schedule(TimerKey(ASSIGNMENT, gid), None)
+    tx.schedule(TimerKey(DELAYED, gid), None)
     protocol = classic._select_protocol(workers)
     leader = workers[0]
     leader_url = members[leader.member_id].worker_url or ""
@@ -487,14 +398,13 @@ def _downgrade(g, members, workers, epoch, now) -> tuple:
             session_timeout=mb.session_timeout, subscription=mb.metadata(protocol),
             assignment=_held_assignment(g, mb, protocol, leader.member_id, leader_url))
             for mb in workers])
-    recs.append(Record(m.GroupMetadataKey(group=gid), value))
+    tx.emit(Record(m.GroupMetadataKey(group=gid), value))
     # As Kafka after a downgrade: a rebalance, the workers rejoin as plain classic workers.
     deadline = now + max(mb.rebalance_timeout for mb in workers)
-    recs.append(classic.RebalanceStarted(gid, deadline, -1, now))
-    timers.append((TimerKey(classic.JOIN, gid), deadline))
-    timers += [(TimerKey(classic.SESSION, gid, mb.member_id), now + mb.session_timeout)
-               for mb in workers]
-    return tuple(recs), tuple(timers)
+    tx.emit(classic.RebalanceStarted(gid, deadline, -1, now))
+    tx.schedule(TimerKey(classic.JOIN, gid), deadline)
+    for mb in workers:
+        tx.schedule(TimerKey(classic.SESSION, gid, mb.member_id), now + mb.session_timeout)
 
 
 def _held_assignment(g, mb, protocol, leader, leader_url) -> bytes:
@@ -509,7 +419,7 @@ def _held_assignment(g, mb, protocol, leader, leader_url) -> bytes:
     if version >= 1:
         try:
             alloc = _allocation_pairs(md)
-        except Exception:            # saved metadata without a readable allocation
+        except ProtocolError:        # saved metadata without a readable allocation
             alloc = []
         kept = set(held)
         revoked = _ctl_of_pairs(p for p in dict.fromkeys(alloc) if p not in kept)

@@ -54,14 +54,15 @@ from itertools import islice
 
 import msgspec
 
-from groupcoord.coordinator import limits
-from groupcoord.coordinator.record_types import RecordType
+from groupcoord.coordinator import classic, limits
+from groupcoord.coordinator.errors import error_response
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import RequestContext, Result, TimerKey, Volatile
+from groupcoord.coordinator.timers import OFFSETS_RETENTION
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
-__all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS", "RETENTION", "RetentionProgress",
+__all__ = ["RETENTION", "RetentionProgress",
            "retention_timer", "RETENTION_SCAN_MAX", "RETENTION_EXPIRE_MAX",
            "RETENTION_CONTINUE_MS", "OffsetCommitShape", "commit_shape", "commit_shape_error",
            "shape_code"]
@@ -224,7 +225,6 @@ def commit_shape_error(shard, shape: OffsetCommitShape, ctx: RequestContext) -> 
 
 
 def _handle_commit_shape(shard, shape: OffsetCommitShape, ctx: RequestContext) -> Result:
-    from groupcoord.coordinator.shard import error_response
     return Result(error_response(shape, ctx.version, commit_shape_error(shard, shape, ctx)))
 
 
@@ -296,7 +296,6 @@ def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
     # compaction may have removed the commit the tombstone deletes, and replaying the
     # compacted log must give the same groups as replaying the full one.
     if gid not in shard.groups:
-        from groupcoord.coordinator import classic
         shard.groups[gid] = classic.new_empty_group(gid)
     if value is None:
         committed = shard.offsets.get(gid)
@@ -309,7 +308,7 @@ def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
 
 
 # ------------------------------------------------------------------------------- retention
-RETENTION = "offsets-retention"          # the shard's one retention timer (group id "")
+RETENTION = OFFSETS_RETENTION            # the shard's one retention timer (group id "")
 # Bounds of one firing: the loop is held for a few ms at most (docs/coordinator.md), and a
 # shard of 250k offsets is swept in a few hundred firings RETENTION_CONTINUE_MS apart.
 RETENTION_SCAN_MAX = 10_000      # offsets and groups examined per firing
@@ -411,10 +410,3 @@ def _retention_check(shard, key: TimerKey, now: int) -> Result:
 
 def _replay_progress(shard, ev: RetentionProgress, _value) -> None:
     shard.retention_sweep = ev if ev.groups else None
-
-
-API_HANDLERS = {8: handle_offset_commit, 9: handle_offset_fetch}
-REPLAYERS = {RecordType.OFFSET_COMMIT: _replay_offset,
-             RecordType.LEGACY_OFFSET_COMMIT: _replay_offset,
-             RetentionProgress: _replay_progress}
-TIMER_KINDS = {RETENTION: _retention_check}

@@ -9,34 +9,31 @@
 ``replay`` is the only code that changes group or offset state: live writes and recovery run
 the same code. No I/O, no clock reads, no threads: time is the ``now_ms`` argument.
 
-Dispatch: each group module (classic, consumer, connect) and offsets.py exports
-  API_HANDLERS  {api_key: fn(shard, request, ctx: RequestContext) -> Result}
-  REPLAYERS     {RecordType | Volatile subclass: fn(shard, key_or_event, value)}
-  TIMER_KINDS   {timer kind: fn(shard, TimerKey, now_ms) -> Result}
+Dispatch: registry.py lists every handler (API key), replayer (record type or volatile
+event class) and timer function (timer kind); the shard looks them up there.
 The group admin APIs (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete and the GROUP
 resources of DescribeConfigs / IncrementalAlterConfigs) are admin.py's, answered from the Group
 interface (group.py).
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Iterable, Optional
 
-from groupcoord.coordinator import limits, offsets
+from groupcoord.coordinator import classic, consumer, limits, offsets
 from groupcoord.coordinator.config import ShardConfig
+from groupcoord.coordinator.errors import error_response
 from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.registry import API_HANDLERS, REPLAYERS, TIMER_KINDS
 from groupcoord.coordinator.result import EMPTY, RequestContext, Result, TimerKey, Volatile
 from groupcoord.coordinator.timers import Timers
-from groupcoord.coordinator.topics import TopicCatalog
-from groupcoord.protocol import messages as m
+from groupcoord.coordinator.topics import TopicCatalog, catalog_changes, deleted_topic_offsets
 from groupcoord.protocol.error_codes import ErrorCode
 
-__all__ = ["Shard", "error_response", "GROUP_MODULES"]
+# error_response is errors.py's, named here too for the callers that build a Shard.
+__all__ = ["Shard", "error_response", "on_catalog_change"]
 
 log = logging.getLogger("groupcoord.coordinator")
-
-GROUP_MODULES = ("classic", "consumer", "connect", "offsets", "admin")
 
 
 class Shard:
@@ -52,14 +49,10 @@ class Shard:
         self.group_configs: dict = {}   # group id -> {config name: int}, overrides (admin.py)
         self.timers = Timers()
         self.retention_sweep = None     # offsets.RetentionProgress of a running sweep
-        self._handlers: dict = {}
-        self._replayers: dict = {}
-        self._timer_kinds: dict = {}
-        for name in GROUP_MODULES:
-            mod = importlib.import_module("groupcoord.coordinator." + name)
-            self._handlers.update(mod.API_HANDLERS)
-            self._replayers.update(mod.REPLAYERS)
-            self._timer_kinds.update(getattr(mod, "TIMER_KINDS", {}))
+        # The shard's own copies, so that a test may replace one entry of one shard.
+        self._handlers = dict(API_HANDLERS)
+        self._replayers = dict(REPLAYERS)
+        self._timer_kinds = dict(TIMER_KINDS)
 
     # ------------------------------------------------------------------ handling
     def handle(self, request, now_ms: int, version: Optional[int] = None,
@@ -114,7 +107,6 @@ class Shard:
         """Install a new topic catalog (an input, like Kafka's metadata image) and return the
         records of the epoch bumps of the groups whose subscribed topics changed."""
         self.topics = catalog
-        from groupcoord.coordinator import consumer
         return consumer.on_topics_changed(self, now_ms)
 
     # ------------------------------------------------------------------ mutation
@@ -154,6 +146,11 @@ class Shard:
             self.timers.apply(g.rearm(now_ms))
         self.timers.apply((offsets.retention_timer(now_ms, self.config),))
 
+    def scratch(self) -> "Shard":
+        """An empty shard of the same configuration and catalog: where a handler may replay
+        records it is staging to see the group they make (connect.py's upgrade)."""
+        return Shard(self.config, self.topics, strict=self.strict)
+
     # ------------------------------------------------------------------ inspection
     def group(self, group_id: str):
         return self.groups.get(group_id)
@@ -167,57 +164,22 @@ class Shard:
                              v.expire_timestamp) for k, v in tp.items()}
                    for gid, tp in self.offsets.items() if tp}
         configs = {gid: dict(c) for gid, c in self.group_configs.items()}
-        return {"groups": groups, "offsets": offsets, "configs": configs}
+        snap = {"groups": groups, "offsets": offsets, "configs": configs}
+        if not durable:
+            # In-memory only: an offsets sweep's position, and the shard's index of offsets by
+            # group as it is (a handler leaving an empty entry behind counts as a change).
+            snap["volatile"] = (self.retention_sweep, frozenset(self.offsets))
+        return snap
 
 
-# ---------------------------------------------------------------------- error responses
-def error_response(request, version: int, code: int, message: Optional[str] = None):
-    """The response of ``request``'s API carrying ``code`` everywhere it can (top level, or
-    per group / topic / partition as the API has it)."""
-    cls = type(request)
-    while cls.__module__ != m.__name__:     # an internal subclass answers as its wire message
-        cls = cls.__base__
-    name = cls.__name__
-    resp_cls = getattr(m, name[:-len("Request")] + "Response")
-    code = int(code)
-    fields = resp_cls.__struct_fields__
-    kw = {}
-    if "error_code" in fields:
-        kw["error_code"] = code
-    if "error_message" in fields and message is not None:
-        kw["error_message"] = message
-    if isinstance(request, m.OffsetCommitRequest):
-        kw["topics"] = [m.OffsetCommitResponseTopic(name=t.name, partitions=[
-            m.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-            for p in t.partitions]) for t in request.topics]
-    elif isinstance(request, m.OffsetFetchRequest):
-        if version >= 8:
-            kw["groups"] = [m.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
-                            for g in request.groups]
-    elif isinstance(request, m.DescribeGroupsRequest):
-        kw["groups"] = [m.DescribeGroupsResponseDescribedGroup(error_code=code, group_id=g)
-                        for g in request.groups]
-    elif isinstance(request, (m.ConsumerGroupDescribeRequest, m.ConnectGroupDescribeRequest)):
-        grp = getattr(m, name[:-len("Request")] + "ResponseDescribedGroup")
-        kw["groups"] = [grp(error_code=code, error_message=message, group_id=g)
-                        for g in request.group_ids]
-    elif isinstance(request, m.FindCoordinatorRequest) and version >= 4:
-        kw.pop("error_code", None)
-        kw.pop("error_message", None)
-        kw["coordinators"] = [m.FindCoordinatorResponseCoordinator(
-            key=k, node_id=-1, error_code=code, error_message=message)
-            for k in request.coordinator_keys]
-    elif isinstance(request, m.LeaveGroupRequest) and version >= 3:
-        kw["members"] = []
-    elif isinstance(request, m.DeleteGroupsRequest):
-        kw["results"] = [m.DeleteGroupsResponseDeletableGroupResult(group_id=g, error_code=code)
-                         for g in request.groups_names]
-    elif isinstance(request, m.DescribeConfigsRequest):
-        kw["results"] = [m.DescribeConfigsResponseDescribeConfigsResult(
-            error_code=code, error_message=message, resource_type=r.resource_type,
-            resource_name=r.resource_name) for r in request.resources]
-    elif isinstance(request, m.IncrementalAlterConfigsRequest):
-        kw["responses"] = [m.IncrementalAlterConfigsResponseAlterConfigsResourceResponse(
-            error_code=code, error_message=message, resource_type=r.resource_type,
-            resource_name=r.resource_name) for r in request.resources]
-    return resp_cls(**kw)
+def on_catalog_change(shard: Shard, old: TopicCatalog, new: TopicCatalog, now_ms: int) -> list:
+    """What a catalog change means for a shard besides the consumer groups' epoch bumps
+    (``Shard.update_topics``): -> Results to apply in order. Classic groups of the
+    "consumer" protocol type whose members subscribe to a changed topic rebalance (Kafka
+    leaves that to each client's metadata refresh; here the change is known at once), and a
+    deleted topic's committed offsets are deleted in every group. Pure."""
+    changed, deleted = catalog_changes(old, new)
+    if not changed:
+        return []
+    return (classic.rebalance_for_topics(shard, changed, now_ms)
+            + deleted_topic_offsets(shard, deleted, shard.config.message_max_bytes))

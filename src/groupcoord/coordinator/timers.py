@@ -23,7 +23,29 @@ from typing import Iterable, Optional
 
 from groupcoord.coordinator.result import TimerKey
 
-__all__ = ["Timers"]
+__all__ = ["Timers", "CLASSIC_SESSION", "CLASSIC_JOIN", "CLASSIC_SYNC", "CONSUMER_SESSION",
+           "CONSUMER_REVOCATION", "CONSUMER_ASSIGNMENT", "CONNECT_SESSION",
+           "CONNECT_REVOCATION", "CONNECT_ASSIGNMENT", "CONNECT_DELAYED_REBALANCE",
+           "OFFSETS_RETENTION"]
+
+# Timer kinds (TimerKey.kind), every one named here once; registry.py says which function
+# fires each. Per member: the session deadlines, the revocation deadlines (a member must
+# revoke within its rebalance timeout). Per group: classic's join barrier and pending-sync
+# deadlines; the consumer assignment interval (KIP-1263 batching: bumps meanwhile leave the
+# target behind, this computes it when the interval ends); the connect chosen worker's
+# install deadline and the KIP-415 delayed rebalance. Per shard (group id ""): the offsets
+# retention check.
+CLASSIC_SESSION = "classic-session"
+CLASSIC_JOIN = "classic-join"
+CLASSIC_SYNC = "classic-sync"
+CONSUMER_SESSION = "consumer-session"
+CONSUMER_REVOCATION = "consumer-revocation"
+CONSUMER_ASSIGNMENT = "consumer-assignment"
+CONNECT_SESSION = "connect-session"
+CONNECT_REVOCATION = "connect-revocation"
+CONNECT_ASSIGNMENT = "connect-assignment"
+CONNECT_DELAYED_REBALANCE = "connect-rebalance"
+OFFSETS_RETENTION = "offsets-retention"
 
 
 class Timers:

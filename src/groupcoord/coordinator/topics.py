@@ -4,7 +4,7 @@ Consumer groups subscribe to topics of the catalog; a change of the catalog that
 group's subscribed topics bumps that group's epoch (``Shard.update_topics``). Topic ids are
 16-byte UUIDs (bytes); a topic is identified by id in records and by name in subscriptions.
 
-What else a change does (``on_catalog_change``, run by the runtime on each live shard after
+What else a change does (``shard.on_catalog_change``, run by the runtime on each live shard after
 ``update_topics``; docs/server.md, "Topic catalog changes"): classic groups subscribed to a
 changed topic rebalance (``classic.rebalance_for_topics``), and the committed offsets of a
 deleted topic are deleted in every group, as tombstones (Kafka's onPartitionsDeleted).
@@ -16,8 +16,12 @@ from typing import Iterable, Optional
 
 import msgspec
 
+from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.result import Result
+from groupcoord.protocol import messages as m
+
 __all__ = ["Topic", "TopicCatalog", "topic_id_for", "catalog_changes",
-           "deleted_topic_offsets", "on_catalog_change"]
+           "deleted_topic_offsets"]
 
 
 class Topic(msgspec.Struct, frozen=True, gc=False):
@@ -105,9 +109,6 @@ def deleted_topic_offsets(shard, deleted, max_bytes: int) -> list:
     OffsetCommit tombstones (Kafka's OffsetMetadataManager.onPartitionsDeleted): a list of
     Results, each of at most about ``max_bytes / 2`` of records, so that one group with
     many partitions cannot make a batch the runtime must refuse (message.max.bytes). Pure."""
-    from groupcoord.coordinator.records import Record
-    from groupcoord.coordinator.result import Result
-    from groupcoord.protocol import messages as m
     if not deleted:
         return []
     budget = max(1, max_bytes // 2)
@@ -125,17 +126,3 @@ def deleted_topic_offsets(shard, deleted, max_bytes: int) -> list:
     if batch:
         out.append(Result(None, tuple(batch)))
     return out
-
-
-def on_catalog_change(shard, old: TopicCatalog, new: TopicCatalog, now_ms: int) -> list:
-    """What a catalog change means for a shard besides the consumer groups' epoch bumps
-    (``Shard.update_topics``): -> Results to apply in order. Classic groups of the
-    "consumer" protocol type whose members subscribe to a changed topic rebalance (Kafka
-    leaves that to each client's metadata refresh; here the change is known at once), and a
-    deleted topic's committed offsets are deleted in every group. Pure."""
-    from groupcoord.coordinator import classic
-    changed, deleted = catalog_changes(old, new)
-    if not changed:
-        return []
-    return (classic.rebalance_for_topics(shard, changed, now_ms)
-            + deleted_topic_offsets(shard, deleted, shard.config.message_max_bytes))

@@ -29,8 +29,10 @@ from typing import Callable, Optional
 
 import msgspec
 
-from groupcoord.coordinator.shard import error_response
-from groupcoord.coordinator.topics import TopicCatalog, on_catalog_change
+from groupcoord.coordinator.errors import error_response
+from groupcoord.coordinator.shard import on_catalog_change
+from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
@@ -39,9 +41,14 @@ __all__ = ["Coordinator", "ShardLoadError", "shard_for", "java_string_hash", "GR
 
 log = logging.getLogger("groupcoord.runtime")
 
-# api keys routed to the shards
-SINGLE_GROUP_APIS = (8, 11, 12, 13, 14, 47, 68, 10000, 10001, 10002)
-MULTI_GROUP_APIS = (9, 15, 16, 32, 42, 44, 69, 10003)
+# api keys routed to the shards: those naming one group, and those split by group (or, for
+# ListGroups, asked of every shard). tests/test_coord_registry.py: exactly registry.py's keys.
+SINGLE_GROUP_APIS = (K.OFFSET_COMMIT, K.JOIN_GROUP, K.HEARTBEAT, K.LEAVE_GROUP, K.SYNC_GROUP,
+                     K.OFFSET_DELETE, K.CONSUMER_GROUP_HEARTBEAT, K.CONNECT_GROUP_HEARTBEAT,
+                     K.CONNECT_GROUP_PREPARE_ASSIGNMENT, K.CONNECT_GROUP_INSTALL_ASSIGNMENT)
+MULTI_GROUP_APIS = (K.OFFSET_FETCH, K.DESCRIBE_GROUPS, K.LIST_GROUPS, K.DESCRIBE_CONFIGS,
+                    K.DELETE_GROUPS, K.INCREMENTAL_ALTER_CONFIGS, K.CONSUMER_GROUP_DESCRIBE,
+                    K.CONNECT_GROUP_DESCRIBE)
 GROUP_APIS = frozenset(SINGLE_GROUP_APIS + MULTI_GROUP_APIS)
 _SINGLE = frozenset(SINGLE_GROUP_APIS)
 
@@ -88,13 +95,15 @@ class Coordinator:
                                     cpu_pool=self._cpu_pool) for i in range(n)]
         self._n = n
         self._routes = {k: self._single for k in SINGLE_GROUP_APIS}
-        self._routes.update({9: self._offset_fetch, 16: self._list_groups,
-                             15: functools.partial(self._describe, "groups"),
-                             69: functools.partial(self._describe, "group_ids"),
-                             10003: functools.partial(self._describe, "group_ids"),
-                             42: self._delete_groups,
-                             32: functools.partial(self._configs, "results"),
-                             44: functools.partial(self._configs, "responses")})
+        self._routes.update({
+            K.OFFSET_FETCH: self._offset_fetch,
+            K.LIST_GROUPS: self._list_groups,
+            K.DESCRIBE_GROUPS: functools.partial(self._describe, "groups"),
+            K.CONSUMER_GROUP_DESCRIBE: functools.partial(self._describe, "group_ids"),
+            K.CONNECT_GROUP_DESCRIBE: functools.partial(self._describe, "group_ids"),
+            K.DELETE_GROUPS: self._delete_groups,
+            K.DESCRIBE_CONFIGS: functools.partial(self._configs, "results"),
+            K.INCREMENTAL_ALTER_CONFIGS: functools.partial(self._configs, "responses")})
 
     def shard_dir(self, index: int) -> str:
         return os.path.join(self.config.data_dir, "__consumer_offsets-%d" % index)
@@ -144,7 +153,7 @@ class Coordinator:
         """Install a new topic catalog on every shard: consumer groups whose subscribed
         topics changed bump their epoch (``Shard.update_topics``); on each live shard,
         classic groups subscribed to a changed topic rebalance and a deleted topic's
-        committed offsets are deleted (``topics.on_catalog_change``). A shard not live now
+        committed offsets are deleted (``shard.on_catalog_change``). A shard not live now
         does only the first, when it loads: Kafka's offsets cleanup is as best-effort."""
         old, self.topics = self.topics, catalog
         for s in self.shards:

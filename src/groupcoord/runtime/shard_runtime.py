@@ -46,6 +46,7 @@ from groupcoord.coordinator.records import encode_record
 from groupcoord.coordinator.result import TimerKey, Volatile
 from groupcoord.coordinator.shard import Shard, error_response
 from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.load import load_shard
@@ -326,7 +327,7 @@ class ShardRuntime:
             self._arm_timer()
         if request is None:
             return None
-        code = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE if request.API_KEY == 8
+        code = (ErrorCode.INVALID_COMMIT_OFFSET_SIZE if request.API_KEY == K.OFFSET_COMMIT
                 else ErrorCode.UNKNOWN_SERVER_ERROR)
         fut = self._loop.create_future()
         fut.set_result(error_response(request, version, code, "its records cannot be "

@@ -51,23 +51,38 @@ import asyncio
 import logging
 from collections import deque
 from functools import partial
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
-from groupcoord._native.commit_scan import (OFFSET_COMMIT, VERSIONS as _SCAN_VERSIONS,
+from groupcoord._native.commit_scan import (VERSIONS as _SCAN_VERSIONS,
                                             offset_commit_error_frame, scan_offset_commit)
 from groupcoord.coordinator import offsets
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.protocol import (DecodeError, EncodeError, FrameSplitter, FrameTooLargeError,
                                  ProtocolError, UnsupportedVersionError, decode_request_frame,
                                  encode_response_frame)
+from groupcoord.protocol.api_keys import OFFSET_COMMIT
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.catalog import create_partitions, delete_topics
 from groupcoord.server.flow import SMALL_FRAME_BYTES
 from groupcoord.server.metadata_cache import response_frame
 
-if TYPE_CHECKING:  # pragma: no cover
-    from groupcoord.server.server import Server
+
+class Owner(Protocol):
+    """What a Connection uses of the server that accepted it (server.Server). Spelled out
+    here rather than imported: server.py imports this module, and no import cycle is allowed
+    (tests/test_import_graph.py)."""
+    config: object             # server.ServerConfig
+    coordinator: object        # the runtime's interface (server.py's docstring)
+    node: N.NodeState
+    loop: asyncio.AbstractEventLoop
+    request_pool: object       # flow.RequestBytesPool
+    metadata_cache: object     # metadata_cache.MetadataCache
+    stopping: bool
+
+    def _admit(self, conn: "Connection") -> bool: ...
+    def _forget(self, conn: "Connection") -> None: ...
+    async def create_topics(self, req, version: int): ...
 
 __all__ = ["Connection"]
 
@@ -103,7 +118,7 @@ class Connection(asyncio.Protocol):
                  "_grant", "_grant_frame", "_mem_wait", "_want_size", "_pool_bytes",
                  "_scan_over")
 
-    def __init__(self, server: "Server"):
+    def __init__(self, server: Owner):
         cfg = server.config
         self.server = server
         self._coord = server.coordinator

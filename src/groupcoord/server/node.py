@@ -24,6 +24,9 @@ from groupcoord.codegen.schema import load_all
 from groupcoord.coordinator.limits import validate_topic_name
 from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
+from groupcoord.protocol.api_keys import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
+                                          DELETE_TOPICS, DESCRIBE_CLUSTER, FETCH,
+                                          FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE)
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["NodeState", "NODE_APIS", "api_versions", "api_versions_unsupported", "metadata",
@@ -41,9 +44,6 @@ MAX_PARTITIONS = 1 << 20    # a CreateTopics guard: the catalog is held in memor
 UNKNOWN_AUTH_OPS = -2147483648
 
 # The APIs answered here (the rest go to the coordinator when it serves them).
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS, CREATE_TOPICS = (
-    0, 1, 2, 3, 10, 18, 19)
-DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 20, 37, 60
 NODE_APIS = frozenset((PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS,
                        CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER))
 

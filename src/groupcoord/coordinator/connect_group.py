@@ -1,0 +1,589 @@
+"""The connect worker group's model (docs/coordinator-connect.md): ``ConnectGroup`` and its
+members, targets and current assignments; the record builders; the worker selection (who
+computes the target); the view of classic Connect protocol bytes (ConnectProtocol /
+IncrementalCooperativeConnectProtocol metadata and assignments) that DescribeGroups and the
+migration share. The handlers are connect.py's; migration_connect.py converts to and from
+classic groups. Nothing here imports either of them.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple, Optional
+
+from groupcoord.coordinator import reconcile as rc
+from groupcoord.coordinator.group import Group
+from groupcoord.coordinator.records import Record
+from groupcoord.coordinator.result import Result, TimerKey, Volatile
+from groupcoord.coordinator.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
+                                            CONNECT_REVOCATION, CONNECT_SESSION)
+from groupcoord.protocol import embedded
+from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode as E
+
+__all__ = ["ConnectGroup", "ChooseWorker", "Prepared", "Unconfirmed", "select_assignor",
+           "worker_tombstones", "uses_classic", "SESSION", "REVOCATION", "ASSIGNMENT",
+           "DELAYED", "UNKNOWN_UNIT", "CONNECTOR_TASK"]
+
+SESSION = CONNECT_SESSION            # per member: heartbeat deadline
+REVOCATION = CONNECT_REVOCATION      # per member: must revoke before its rebalance timeout
+ASSIGNMENT = CONNECT_ASSIGNMENT      # per group: the chosen worker must install by then
+DELAYED = CONNECT_DELAYED_REBALANCE  # per group: KIP-415 delayed rebalance is due
+
+LEAVE = -1
+STATIC_LEAVE = -2
+UNKNOWN_UNIT = -1                    # an owned connector/task the group does not know
+# ConnectWorkerMetadata / ConnectWorkerAssignment version DescribeGroups shows for workers
+# using ConnectGroupHeartbeat: v1 ("compatible", IncrementalCooperativeConnectProtocol) has
+# the allocation and the revoked list.
+DESCRIBE_PROTOCOL_VERSION = 1
+CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
+_CTL = m.ConnectWorkerAssignmentConnectorTaskList
+
+
+# ----------------------------------------------------------------------------- state
+class TargetEntry(NamedTuple):
+    units: frozenset
+    version: int = 0
+    metadata: bytes = b""
+
+
+NO_TARGET = TargetEntry(rc.EMPTY_SET)
+
+
+class ChooseWorker(Volatile, frozen=True, gc=False):
+    """The worker asked to compute the next target (None: no computation in flight)."""
+    group_id: str
+    member_id: Optional[str]
+
+
+class Prepared(Volatile, frozen=True, gc=False):
+    """What PrepareAssignment handed out; InstallAssignment is validated against it."""
+    group_id: str
+    epoch: int
+    member_ids: tuple
+    connectors: tuple            # ((name, task count), ...) sorted by name
+    assignor: str
+    # Static members replaced since the prepare, ((old id, new id), ...): the new member took
+    # over the old one's target, so the install's entry for the old id is the new one's.
+    renamed: tuple = ()
+
+    def current_id(self, member_id: str) -> str:
+        for old, new in self.renamed:
+            if member_id == old:
+                member_id = new
+        return member_id
+
+
+class Unconfirmed(Volatile, frozen=True, gc=False):
+    """A worker was answered an assignment it has not confirmed yet (unconfirmed=True), or it
+    has now reported exactly its assignment as owned (False). See _join_or_heartbeat."""
+    group_id: str
+    member_id: str
+    unconfirmed: bool
+
+
+class ConnectGroup(Group):
+    TYPE = "connect"
+
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.epoch = 0
+        self.members = Members()        # member id -> ConnectWorkerGroupMemberMetadataValue
+        self.current: dict = {}         # member id -> reconcile.MemberAssignment
+        self.holders: dict = {}         # unit -> member id (held units)
+        self.target: dict = {}          # member id -> TargetEntry
+        self.static: dict = {}          # instance id -> member id
+        self.target_epoch = 0
+        self.target_error = 0
+        self.assignor_name: Optional[str] = None
+        self.assignor_state: Optional[bytes] = None
+        self.rebalance_deadline_ms = -1
+        self.session_ms = 45_000        # the shard's connect_session_timeout_ms (for rearm)
+        self.config_offset = -1
+        self.connectors: dict = {}      # connector name -> task count
+        self._cidx: dict = {}           # connector registry: name -> index (grows in replay)
+        self._cname: list = []
+        # volatile
+        self.computing: Optional[str] = None
+        self.leader: Optional[str] = None
+        self.prepared: Optional[Prepared] = None
+        self.unconfirmed: set = set()   # member ids (see Unconfirmed)
+
+    # ---- units: (connector index, 0) is the connector, (index, task + 1) a task
+    def register(self, name: str) -> int:
+        """Replay only."""
+        i = self._cidx.get(name)
+        if i is None:
+            i = self._cidx[name] = len(self._cname)
+            self._cname.append(name)
+        return i
+
+    def units(self, connectors, tasks, intern: bool = False) -> frozenset:
+        """Units of a wire ConnectorsAndTasks (tasks: objects with .connector, .task_ids).
+        Handlers look up (unknown -> UNKNOWN_UNIT); replay interns."""
+        look = self.register if intern else (lambda n: self._cidx.get(n, -1))
+        out = set()
+        for name in connectors:
+            i = look(name)
+            out.add(rc.unit(i, 0) if i >= 0 else UNKNOWN_UNIT)
+        for t in tasks:
+            i = look(t.connector)
+            for tid in t.task_ids:
+                out.add(rc.unit(i, tid + 1) if i >= 0 and tid >= 0 else UNKNOWN_UNIT)
+        return frozenset(out)
+
+    def wire(self, units) -> tuple:
+        """-> (connector names sorted, [(connector, [task ids sorted])] sorted by name)."""
+        conns, tasks = [], {}
+        for u in units:
+            i, sub = rc.unit_parts(u)
+            name = self._cname[i]
+            if sub == 0:
+                conns.append(name)
+            else:
+                tasks.setdefault(name, []).append(sub - 1)
+        return sorted(conns), [(n, sorted(tasks[n])) for n in sorted(tasks)]
+
+    def names(self, units) -> tuple:
+        """External identity of units: sorted (connector, task id or -1 for the connector)."""
+        return tuple(sorted((self._cname[i], sub - 1) for i, sub in map(rc.unit_parts, units)))
+
+    # ---- Group interface
+    def state_name(self) -> str:
+        if not self.members:
+            return "Empty"
+        if self.epoch > self.target_epoch:
+            return "Assigning"
+        for a in self.current.values():
+            if a.epoch != self.target_epoch or a.state != rc.STABLE:
+                return "Reconciling"
+        return "Stable"
+
+    def protocol_type(self) -> str:
+        return "connect"
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
+        if generation_or_epoch < 0 and not self.members:
+            return 0                      # an admin commit to an empty group
+        cur = self.current.get(member_id or "")
+        if cur is None:
+            return int(E.UNKNOWN_MEMBER_ID)
+        if generation_or_epoch != cur.epoch:
+            return int(E.STALE_MEMBER_EPOCH)
+        return 0
+
+    def validate_offset_fetch(self, member_id, member_epoch):
+        if member_id is None:
+            return 0
+        cur = self.current.get(member_id)
+        if cur is None:
+            return int(E.UNKNOWN_MEMBER_ID)
+        return 0 if member_epoch == cur.epoch else int(E.STALE_MEMBER_EPOCH)
+
+    def rearm(self, now_ms: int) -> list:
+        ops = []
+        for mid, meta in self.members.items():
+            cm = meta.classic_member_metadata      # a classic worker keeps its own timeout
+            ops.append((TimerKey(SESSION, self.group_id, mid), now_ms + (
+                self.session_ms if cm is None else cm.session_timeout_ms)))
+            cur = self.current.get(mid)
+            if cur is not None and cur.state == rc.UNREVOKED and cur.epoch != STATIC_LEAVE:
+                ops.append((TimerKey(REVOCATION, self.group_id, mid),
+                            now_ms + meta.rebalance_timeout_ms))
+        if self.rebalance_deadline_ms >= 0:
+            ops.append((TimerKey(DELAYED, self.group_id), self.rebalance_deadline_ms))
+        return ops
+
+    def snapshot(self, durable: bool):
+        members = {}
+        for mid, meta in self.members.items():
+            members[mid] = (meta.instance_id, meta.worker_url, meta.client_id,
+                            meta.client_host, meta.rebalance_timeout_ms,
+                            tuple((a.name, a.minimum_version, a.maximum_version, a.reason,
+                                   a.version, a.metadata) for a in meta.client_assignors),
+                            meta.classic_member_metadata)
+        current = {mid: (a.epoch, a.previous_epoch, a.state, self.names(a.assigned),
+                         self.names(a.pending_revocation)) for mid, a in self.current.items()}
+        target = {mid: (self.names(t.units), t.version, t.metadata)
+                  for mid, t in self.target.items()}
+        snap = {"epoch": self.epoch, "members": members, "current": current,
+                "target": target, "static": dict(self.static),
+                "target_meta": (self.target_epoch, self.target_error, self.assignor_name,
+                                self.assignor_state, self.rebalance_deadline_ms),
+                "config": (self.config_offset, tuple(sorted(self.connectors.items())))}
+        if not durable:
+            snap["volatile"] = (self.computing, self.leader, self.prepared,
+                                frozenset(self.unconfirmed))
+            # The indexes replay derives, so that the purity check sees a handler touch them
+            # (in external identities: the connector registry depends on what was replayed).
+            snap["derived"] = ({self.names((u,)): mid for u, mid in self.holders.items()},
+                               dict(self.members.sigs), self.session_ms)
+        return snap
+
+    def held_units(self):
+        return {mid: a.held for mid, a in self.current.items()}
+
+    def deletion(self) -> tuple:
+        # What an empty group still keeps, the epoch last (its replay drops the group), as
+        # migration_connect's downgrade deletes one.
+        gid = self.group_id
+        recs = [_rec_current(self, mid, None) for mid in self.current]
+        recs += [_rec_target(self, mid, None) for mid in self.target]
+        recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
+                 Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]
+        return recs, [(TimerKey(ASSIGNMENT, gid), None), (TimerKey(DELAYED, gid), None)]
+
+    # ---- DescribeGroups (admin.py)
+    def as_described_group(self, catalog):
+        """The group as a classic Connect group would be described (Kafka 4 answers
+        DescribeGroups for classic groups only; see docs/decisions.md): the workers' assignor
+        (as ConnectGroupDescribe names it) as the protocol; per worker a ConnectWorkerMetadata
+        (url, the group's config offset, what it holds as allocation) and a
+        ConnectWorkerAssignment (the installed target's error, the leader last chosen to
+        compute, its assigned connectors and tasks, its pending revocations as revoked) at
+        DESCRIBE_PROTOCOL_VERSION. A worker using the classic protocol (migration) shows the
+        metadata it joined with and its assignment in that protocol's version."""
+        name, _ = select_assignor(self.members)
+        leader, url = _leader(self)
+        members = []
+        for mid in sorted(self.members):
+            meta, a = self.members[mid], self.current[mid]
+            cm = meta.classic_member_metadata
+            if cm is not None:
+                p = cm.supported_protocols[0]     # the one its SyncGroup answers in
+                metadata = bytes(p.metadata)
+                version = _protocol_version(p.name, metadata)
+            else:
+                version = DESCRIBE_PROTOCOL_VERSION
+                held = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
+                    error=0, leader=leader, leader_url=url, config_offset=self.config_offset,
+                    assignment=_ctl(self, a.held), revoked=[], delay=0), version)
+                metadata = embedded.encode_connect_metadata(m.ConnectWorkerMetadata(
+                    url=meta.worker_url or "", config_offset=self.config_offset,
+                    allocation=held), version)
+            assignment = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
+                error=self.target_error, leader=leader, leader_url=url,
+                config_offset=self.config_offset, assignment=_ctl(self, a.assigned),
+                revoked=_ctl(self, a.pending_revocation) if version >= 1 else None,
+                delay=0), version)
+            members.append(m.DescribeGroupsResponseDescribedGroupMember(
+                member_id=mid, group_instance_id=meta.instance_id, client_id=meta.client_id,
+                client_host=meta.client_host, member_metadata=metadata,
+                member_assignment=assignment))
+        return m.DescribeGroupsResponseDescribedGroup(
+            error_code=0, group_id=self.group_id, group_state=self.state_name(),
+            protocol_type="connect", protocol_data=name or "", members=members)
+
+
+# ----------------------------------------------------------------------------- records
+def _rec_epoch(gid, epoch):
+    return Record(m.ConnectWorkerGroupMetadataKey(group_id=gid),
+                  m.ConnectWorkerGroupMetadataValue(epoch=epoch))
+
+
+def _rec_member(gid, mid, meta):
+    return Record(m.ConnectWorkerGroupMemberMetadataKey(group_id=gid, member_id=mid), meta)
+
+
+def _rec_current(g, mid, a: Optional[rc.MemberAssignment]):
+    key = m.ConnectWorkerGroupCurrentMemberAssignmentKey(group_id=g.group_id, member_id=mid)
+    if a is None:
+        return Record(key, None)
+    T = m.ConnectWorkerGroupCurrentMemberAssignmentValueConnectorTasks
+    conns, tasks = g.wire(a.assigned)
+    pconns, ptasks = g.wire(a.pending_revocation)
+    return Record(key, m.ConnectWorkerGroupCurrentMemberAssignmentValue(
+        member_epoch=a.epoch, previous_member_epoch=a.previous_epoch, state=a.state,
+        connectors=conns, tasks=[T(connector=c, task_ids=t) for c, t in tasks],
+        connectors_pending_revocation=pconns,
+        tasks_pending_revocation=[T(connector=c, task_ids=t) for c, t in ptasks]))
+
+
+def _rec_target(g, mid, t: Optional[TargetEntry], wire=None):
+    key = m.ConnectWorkerGroupTargetAssignmentMemberKey(group_id=g.group_id, member_id=mid)
+    if t is None:
+        return Record(key, None)
+    conns, tasks = wire if wire is not None else g.wire(t.units)
+    T = m.ConnectWorkerGroupTargetAssignmentMemberValueConnectorTasks
+    return Record(key, m.ConnectWorkerGroupTargetAssignmentMemberValue(
+        connectors=conns, tasks=[T(connector=c, task_ids=ids) for c, ids in tasks],
+        version=t.version, metadata=t.metadata))
+
+
+def _rec_target_meta(gid, epoch, error, assignor, state, deadline):
+    return Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid),
+                  m.ConnectWorkerGroupTargetAssignmentMetadataValue(
+                      assignment_epoch=epoch, assignment_error=error, assignor_name=assignor,
+                      assignor_state=state, rebalance_deadline_ms=deadline))
+
+
+def _rec_config(gid, offset, connectors):
+    C = m.ConnectWorkerGroupConnectorsTasksMetadataValueConnector
+    return Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid),
+                  m.ConnectWorkerGroupConnectorsTasksMetadataValue(
+                      config_offset=offset,
+                      connectors=[C(name=n, task_count=c) for n, c in sorted(connectors.items())]))
+
+
+# ----------------------------------------------------------------------------- assignors
+def _sig(meta) -> tuple:
+    """A worker's assignor signature: (name, min, max) of each client assignor, in order."""
+    return tuple((a.name, a.minimum_version, a.maximum_version) for a in meta.client_assignors)
+
+
+class Members(dict):
+    """member id -> ConnectWorkerGroupMemberMetadataValue, counting each distinct assignor
+    signature as it changes, so that assignor and worker selection cost O(distinct
+    signatures) per heartbeat instead of O(workers) (a join storm of n workers would
+    otherwise be O(n^2)). Workers of one cluster usually share one signature."""
+    __slots__ = ("sigs",)
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.sigs: Counter = Counter()
+        for k, v in dict(items).items():
+            self[k] = v
+
+    def __setitem__(self, k, v):
+        old = self.get(k)
+        if old is not None:
+            self._drop(old)
+        super().__setitem__(k, v)
+        self.sigs[_sig(v)] += 1
+
+    def __delitem__(self, k):
+        self._drop(self[k])
+        super().__delitem__(k)
+
+    def pop(self, k, *default):
+        if k in self:
+            v = self[k]
+            del self[k]
+            return v
+        if default:
+            return default[0]
+        raise KeyError(k)
+
+    def _drop(self, meta):
+        sig = _sig(meta)
+        n = self.sigs[sig] - 1
+        if n:
+            self.sigs[sig] = n
+        else:
+            del self.sigs[sig]
+
+    def copy(self) -> "Members":
+        c = Members.__new__(Members)
+        dict.update(c, self)
+        c.sigs = Counter(self.sigs)
+        return c
+
+    def without(self, mid) -> "Members":
+        c = self.copy()
+        c.pop(mid, None)
+        return c
+
+
+def _sigs(members: dict) -> Counter:
+    got = getattr(members, "sigs", None)
+    return got if got is not None else Counter(_sig(v) for v in members.values())
+
+
+def select_assignor(members: dict) -> tuple:
+    """(assignor name, None) or (None, why). The candidates are the assignors every worker
+    lists. Each worker votes for the first candidate in its own list (its precedence order);
+    the most votes wins; a tie goes to the tied candidate listed first by the worker with the
+    lowest member id. Counted over distinct signatures (see Members)."""
+    members = _new_protocol(members)
+    if not members:
+        return None, None
+    sigs = _sigs(members)
+    common = set.intersection(*({a[0] for a in sig} for sig in sigs))
+    if not common:
+        lists = {mid: [a.name for a in meta.client_assignors] for mid, meta in members.items()}
+        return None, "no assignor is supported by every worker (%s)" % ", ".join(
+            "%s: %s" % (mid, lists[mid]) for mid in sorted(lists))
+    votes: Counter = Counter()
+    for sig, cnt in sigs.items():
+        votes[next(a[0] for a in sig if a[0] in common)] += cnt
+    best = max(votes.values())
+    tied = [n for n, v in votes.items() if v == best]
+    if len(tied) == 1:
+        return tied[0], None
+    lowest = members[min(members)]
+    return next(a.name for a in lowest.client_assignors if votes.get(a.name) == best), None
+
+
+def _new_protocol(members: dict) -> dict:
+    """The workers that speak ConnectGroupHeartbeat. Classic workers of a migrating group
+    (migration_connect.py) list no assignor (a new-protocol worker always lists one) and never
+    compute the assignment: they cannot call PrepareAssignment."""
+    if () not in _sigs(members):
+        return members
+    return {k: v for k, v in members.items() if v.classic_member_metadata is None}
+
+
+def _range_of(sig: tuple, name: str):
+    for a in sig:
+        if a[0] == name:
+            return a[1], a[2]
+    return None
+
+
+def _ranges(members: dict, name: str) -> dict:
+    out = {}
+    for mid, meta in members.items():
+        r = _range_of(_sig(meta), name)
+        if r is not None:
+            out[mid] = r
+    return out
+
+
+def _fmt_ranges(ranges: dict) -> str:
+    return ", ".join("%s [%d-%d]" % (mid, lo, hi) for mid, (lo, hi) in sorted(ranges.items()))
+
+
+def _bounds(members: dict, name: str) -> tuple:
+    """(lowest minimum, highest maximum) of ``name``'s version ranges over the workers."""
+    rs = [r for r in (_range_of(sig, name) for sig in _sigs(members)) if r is not None]
+    return min(r[0] for r in rs), max(r[1] for r in rs)
+
+
+def _covers(meta, name: str, lo: int, hi: int) -> bool:
+    r = _range_of(_sig(meta), name)
+    return r is not None and r[0] <= lo and r[1] >= hi
+
+
+def _covering(members: dict, name: str) -> list:
+    """Workers whose range of ``name`` covers every other worker's range (sorted ids)."""
+    lo, hi = _bounds(members, name)
+    return sorted(mid for mid, meta in members.items() if _covers(meta, name, lo, hi))
+
+
+def _choose(g: ConnectGroup, members: dict, epoch: int, target_epoch: int, now_ms: int,
+            exclude: Optional[str] = None, computing: Optional[str] = "") -> tuple:
+    """Who computes the next target after a change: -> (events, timers, fatal message).
+
+    ``computing`` overrides the group's worker in flight ("" = use it); ``exclude`` is a
+    worker that timed out or left (avoided when another one qualifies)."""
+    if computing == "":
+        computing = g.computing
+    gid = g.group_id
+    timer = TimerKey(ASSIGNMENT, gid)
+    if epoch <= target_epoch or not _new_protocol(members):
+        if computing is not None:
+            return (ChooseWorker(group_id=gid, member_id=None),), ((timer, None),), None
+        return (), (), None
+    name, why = select_assignor(members)
+    if name is not None and computing is not None and computing != exclude \
+            and computing in members \
+            and _covers(members[computing], name, *_bounds(members, name)):
+        return (), (), None        # the worker in flight still covers everyone: keep it
+    cover = _covering(members, name) if name is not None else []
+    if not cover:
+        if why is None:
+            why = ("no worker supports every other worker's version range of assignor %s: %s"
+                   % (name, _fmt_ranges(_ranges(members, name))))
+        events = (ChooseWorker(group_id=gid, member_id=None),) if computing is not None else ()
+        return events, ((timer, None),), why
+    pick = [w for w in cover if w != exclude] or cover
+    chosen = g.leader if g.leader in pick else pick[0]
+    deadline = now_ms + members[chosen].rebalance_timeout_ms
+    return (ChooseWorker(group_id=gid, member_id=chosen),), ((timer, deadline),), None
+
+
+# ----------------------------------------------------------------------------- helpers
+def _hb_error(code, message, member_id=None, epoch=0):
+    return Result(m.ConnectGroupHeartbeatResponse(error_code=int(code), error_message=message,
+                                                  member_id=member_id, member_epoch=epoch))
+
+
+def worker_tombstones(tx, g: ConnectGroup, mid: str) -> None:
+    """Stage in ``tx`` (a GroupTx) a worker's tombstones (current assignment, target,
+    metadata: the order recovery needs) and the cancellation of its timers."""
+    gid = g.group_id
+    tx.emit(_rec_current(g, mid, None))
+    if mid in g.target:
+        tx.emit(_rec_target(g, mid, None))
+    tx.emit(_rec_member(gid, mid, None))
+    tx.schedule(TimerKey(SESSION, gid, mid), None)
+    tx.schedule(TimerKey(REVOCATION, gid, mid), None)
+
+
+# ------------------------------------- classic Connect protocol bytes: (connector, task) pairs
+# (a worker "using the classic protocol" is migration_connect.py's; DescribeGroups shows every
+# worker in these terms)
+def uses_classic(meta) -> bool:
+    return meta is not None and meta.classic_member_metadata is not None
+
+
+def _pairs(ctls) -> list:
+    """ConnectorTaskList entries -> [(connector, task id or -1)] in order."""
+    return [(c.connector, t) for c in ctls or () for t in c.tasks]
+
+
+def _wire(pairs) -> tuple:
+    """Pairs -> (connector names, [(connector, task ids)]) sorted, as connect records want."""
+    conns, tasks = set(), {}
+    for c, t in pairs:
+        if t == CONNECTOR_TASK:
+            conns.add(c)
+        else:
+            tasks.setdefault(c, set()).add(t)
+    return sorted(conns), [(c, sorted(tasks[c])) for c in sorted(tasks)]
+
+
+def _ctl(g, units) -> list:
+    """Units -> ConnectorTaskList entries (connector as task -1), sorted."""
+    by: dict = {}
+    for name, t in g.names(units):
+        by.setdefault(name, []).append(t)
+    return [_CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
+
+
+def _units(g, pairs) -> frozenset:
+    """Pairs -> units of ``g`` (unknown connectors -> UNKNOWN_UNIT). Lookup only."""
+    look = g._cidx.get
+    out = set()
+    for c, t in pairs:
+        i = look(c, -1)
+        out.add(rc.unit(i, t + 1) if i >= 0 and t >= CONNECTOR_TASK else UNKNOWN_UNIT)
+    return frozenset(out)
+
+
+def _protocol_version(name: str, metadata: bytes) -> int:
+    try:
+        return min(embedded.decode_connect_metadata(metadata)[0],
+                   m.ConnectWorkerAssignment.VERSIONS[1])
+    except Exception:
+        return {"compatible": 1, "sessioned": 2}.get(name, 0)
+
+
+def _allocation_pairs(metadata: bytes) -> list:
+    """What a v1+ worker says it owns in its JoinGroup metadata (allocation)."""
+    version, wm = embedded.decode_connect_metadata(metadata)
+    if version < 1 or not wm.allocation:
+        return []
+    return _pairs(embedded.decode_connect_assignment(wm.allocation)[1].assignment)
+
+
+def _leader(g) -> tuple:
+    """(member id, url) of the new-protocol worker last chosen to compute, or ("", "")."""
+    meta = g.members.get(g.leader) if g.leader is not None else None
+    if meta is None or uses_classic(meta):
+        return "", ""
+    return g.leader, meta.worker_url or ""
+
+
+def validate_first_heartbeat(req) -> Optional[str]:
+    # Only a worker the group does not know yet is joining: a member still at epoch 0 (no
+    # target installed yet) keeps heartbeating with epoch 0 and only the changed fields.
+    if req.rebalance_timeout_ms <= 0:
+        return "RebalanceTimeoutMs must be provided in the first request"
+    if req.client_assignors is None and req.server_assignor is None:
+        return "ClientAssignors must be provided in the first request"
+    return None
