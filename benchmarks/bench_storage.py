@@ -11,6 +11,7 @@ thread (DESIGN.md); issue 5 targets >= 2M/s for decoding.
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -18,6 +19,9 @@ from groupcoord.coordinator.records import Record, decode_record, encode_record
 from groupcoord.protocol import messages as m
 from groupcoord.storage import Log
 from groupcoord.storage import batch as rb
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import batch_oracle  # noqa: E402  (the pure-Python reference decoder lives with the tests)
 
 TS = 1_700_000_000_000
 
@@ -67,12 +71,12 @@ def bench_decode(d, n, per_batch=100):
         lg.flush()
         seg = lg.segments()[-1]
         data = seg.read_all()
-        assert rb.decode(data)[0] == rb.py_decode(data)[0]
+        assert rb.decode(data)[0] == batch_oracle.decode(data)[0]
         assert len(list(lg.read())) == n
         rows = []
         t = best(lambda: rb.decode(data))
         rows.append(("RecordBatch decode (native), in memory", n / t))
-        t = best(lambda: rb.py_decode(data), 2)
+        t = best(lambda: batch_oracle.decode(data), 2)
         rows.append(("RecordBatch decode (pure Python baseline), in memory", n / t))
         t = best(lambda: sum(1 for _ in lg.read()))
         rows.append(("Log.read: pread + native decode (page cache)", n / t))

@@ -20,7 +20,8 @@
 # Invariant every reader relies on: r.pos <= r.end, and no byte at or past r.end is touched.
 # Every length read from the wire is checked against the bytes that remain before it is used
 # to allocate or to advance, so a lying length can never cause an over-read or a large
-# allocation.
+# allocation. The bytes themselves (fixed-width ints, varints) are read and written by
+# wire.pxd, shared with the record log; here its failures become exceptions.
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
                           uint64_t)
 from libc.string cimport memcpy
@@ -31,6 +32,10 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.ref cimport PyObject
 from cpython.object cimport PyTypeObject
 from libc.string cimport memset
+
+from groupcoord._native.wire cimport (VARINT_SHORT, VARINT_LONG, be_u16, be_u32, be64,
+                                      get_uvarint, put16, put32, put64, put_uvarint,
+                                      unzigzag32, unzigzag64, zigzag32, zigzag64)
 
 
 cdef extern from "Python.h":
@@ -133,6 +138,12 @@ cdef inline int need(Reader* r, Py_ssize_t n) except -1:
         raise_truncated(r, n)
     return 0
 
+cdef inline const unsigned char* take(Reader* r, Py_ssize_t n) except NULL:
+    # The next n (>= 1) bytes of the input, checked to be there, and consumed.
+    need(r, n)
+    r.pos += n
+    return r.buf + r.pos - n
+
 cdef inline int8_t read_int8(Reader* r) except? -1:
     need(r, 1)
     cdef int8_t v = <int8_t>r.buf[r.pos]
@@ -146,33 +157,19 @@ cdef inline bint read_bool(Reader* r) except? -1:
     return v
 
 cdef inline uint16_t read_uint16(Reader* r) except? 0xFFFF:
-    need(r, 2)
-    cdef const unsigned char* p = r.buf + r.pos
-    r.pos += 2
-    return (<uint16_t>p[0] << 8) | p[1]
+    return be_u16(take(r, 2))
 
 cdef inline int16_t read_int16(Reader* r) except? -1:
     return <int16_t>read_uint16(r)
 
 cdef inline uint32_t read_uint32(Reader* r) except? 0xFFFFFFFF:
-    need(r, 4)
-    cdef const unsigned char* p = r.buf + r.pos
-    r.pos += 4
-    return ((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8)
-            | <uint32_t>p[3])
+    return be_u32(take(r, 4))
 
 cdef inline int32_t read_int32(Reader* r) except? -1:
     return <int32_t>read_uint32(r)
 
 cdef inline int64_t read_int64(Reader* r) except? -1:
-    need(r, 8)
-    cdef const unsigned char* p = r.buf + r.pos
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(8):
-        v = (v << 8) | p[i]
-    r.pos += 8
-    return <int64_t>v
+    return be64(take(r, 8))
 
 cdef inline double read_float64(Reader* r) except? -1:
     cdef uint64_t bits = <uint64_t>read_int64(r)
@@ -180,46 +177,28 @@ cdef inline double read_float64(Reader* r) except? -1:
     memcpy(&d, &bits, 8)
     return d
 
+cdef inline uint64_t _read_uvar(Reader* r, int bits) except? 0xFFFFFFFFFFFFFFFF:
+    # wire.pxd's varint reader, with its failures raised as this Reader's errors.
+    cdef uint64_t v = 0
+    cdef int rc = get_uvarint(r.buf, &r.pos, r.end, bits, &v)
+    if rc == VARINT_SHORT:
+        raise_truncated(r, 1)
+    elif rc == VARINT_LONG:
+        raise_invalid(r, "unsigned varint longer than 32 bits" if bits == 32
+                      else "unsigned varlong longer than 64 bits")
+    return v
+
 cdef inline uint32_t read_uvarint(Reader* r) except? 0xFFFFFFFF:
-    # At most 5 bytes; the 5th may only carry the top 4 bits of a 32-bit value.
-    cdef uint32_t v = 0
-    cdef int shift = 0
-    cdef unsigned char b
-    while True:
-        if r.pos >= r.end:
-            raise_truncated(r, 1)
-        b = r.buf[r.pos]
-        r.pos += 1
-        if shift == 28 and (b & 0xF0):
-            raise_invalid(r, "unsigned varint longer than 32 bits")
-        v |= <uint32_t>(b & 0x7F) << shift
-        if not (b & 0x80):
-            return v
-        shift += 7
+    return <uint32_t>_read_uvar(r, 32)
 
 cdef inline uint64_t read_uvarlong(Reader* r) except? 0xFFFFFFFFFFFFFFFF:
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef unsigned char b
-    while True:
-        if r.pos >= r.end:
-            raise_truncated(r, 1)
-        b = r.buf[r.pos]
-        r.pos += 1
-        if shift == 63 and (b & 0xFE):
-            raise_invalid(r, "unsigned varlong longer than 64 bits")
-        v |= <uint64_t>(b & 0x7F) << shift
-        if not (b & 0x80):
-            return v
-        shift += 7
+    return _read_uvar(r, 64)
 
 cdef inline int32_t read_varint(Reader* r) except? -1:
-    cdef uint32_t u = read_uvarint(r)
-    return <int32_t>((u >> 1) ^ (0u - (u & 1)))
+    return unzigzag32(<uint32_t>_read_uvar(r, 32))
 
 cdef inline int64_t read_varlong(Reader* r) except? -1:
-    cdef uint64_t u = read_uvarlong(r)
-    return <int64_t>((u >> 1) ^ (0u - (u & 1)))
+    return unzigzag64(_read_uvar(r, 64))
 
 cdef inline bytes read_raw(Reader* r, Py_ssize_t n):
     need(r, n)
@@ -338,10 +317,14 @@ cdef inline int ensure(Writer* w, Py_ssize_t n) except -1:
         writer_grow(w, n)
     return 0
 
+cdef inline unsigned char* reserve(Writer* w, Py_ssize_t n) except NULL:
+    # The next n bytes of the output, for the caller to fill.
+    ensure(w, n)
+    w.len += n
+    return w.buf + w.len - n
+
 cdef inline int write_int8(Writer* w, int8_t v) except -1:
-    ensure(w, 1)
-    w.buf[w.len] = <unsigned char>v
-    w.len += 1
+    reserve(w, 1)[0] = <unsigned char>v
     return 0
 
 cdef inline object as_int(Writer* w, object v):
@@ -364,24 +347,14 @@ cdef inline int write_bool(Writer* w, object v) except -1:
     return -1
 
 cdef inline int write_uint16(Writer* w, uint16_t v) except -1:
-    ensure(w, 2)
-    cdef unsigned char* p = w.buf + w.len
-    p[0] = <unsigned char>(v >> 8)
-    p[1] = <unsigned char>v
-    w.len += 2
+    put16(reserve(w, 2), v)
     return 0
 
 cdef inline int write_int16(Writer* w, int16_t v) except -1:
     return write_uint16(w, <uint16_t>v)
 
 cdef inline int write_uint32(Writer* w, uint32_t v) except -1:
-    ensure(w, 4)
-    cdef unsigned char* p = w.buf + w.len
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-    w.len += 4
+    put32(reserve(w, 4), v)
     return 0
 
 cdef inline int write_int32(Writer* w, int32_t v) except -1:
@@ -389,22 +362,11 @@ cdef inline int write_int32(Writer* w, int32_t v) except -1:
 
 cdef inline int put_int32_at(Writer* w, Py_ssize_t at, int32_t v) noexcept:
     # Backfill a length prefix reserved earlier.
-    cdef uint32_t u = <uint32_t>v
-    cdef unsigned char* p = w.buf + at
-    p[0] = <unsigned char>(u >> 24)
-    p[1] = <unsigned char>(u >> 16)
-    p[2] = <unsigned char>(u >> 8)
-    p[3] = <unsigned char>u
+    put32(w.buf + at, <uint32_t>v)
     return 0
 
 cdef inline int write_int64(Writer* w, int64_t v) except -1:
-    ensure(w, 8)
-    cdef uint64_t u = <uint64_t>v
-    cdef unsigned char* p = w.buf + w.len
-    cdef int i
-    for i in range(8):
-        p[i] = <unsigned char>(u >> (56 - 8 * i))
-    w.len += 8
+    put64(reserve(w, 8), v)
     return 0
 
 cdef inline int write_float64(Writer* w, double d) except -1:
@@ -414,29 +376,19 @@ cdef inline int write_float64(Writer* w, double d) except -1:
 
 cdef inline int write_uvarint(Writer* w, uint32_t v) except -1:
     ensure(w, 5)
-    while v >= 0x80:
-        w.buf[w.len] = <unsigned char>((v & 0x7F) | 0x80)
-        w.len += 1
-        v >>= 7
-    w.buf[w.len] = <unsigned char>v
-    w.len += 1
+    w.len = put_uvarint(w.buf + w.len, v) - w.buf
     return 0
 
 cdef inline int write_uvarlong(Writer* w, uint64_t v) except -1:
     ensure(w, 10)
-    while v >= 0x80:
-        w.buf[w.len] = <unsigned char>((v & 0x7F) | 0x80)
-        w.len += 1
-        v >>= 7
-    w.buf[w.len] = <unsigned char>v
-    w.len += 1
+    w.len = put_uvarint(w.buf + w.len, v) - w.buf
     return 0
 
 cdef inline int write_varint(Writer* w, int32_t v) except -1:
-    return write_uvarint(w, (<uint32_t>v << 1) ^ <uint32_t>(v >> 31))
+    return write_uvarint(w, zigzag32(v))
 
 cdef inline int write_varlong(Writer* w, int64_t v) except -1:
-    return write_uvarlong(w, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+    return write_uvarlong(w, zigzag64(v))
 
 cdef inline int write_raw(Writer* w, const char* p, Py_ssize_t n) except -1:
     ensure(w, n)

@@ -2,21 +2,11 @@
 # Shard loading hot loops: walk a segment's RecordBatch v2 batches in place, mark the last
 # record of each key, and decode + replay records straight from the segment bytes.
 #
-# Layout walked (as native/recordbatch.pyx writes it; integers big-endian unless varint):
-#   batch  = baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (2)
-#            | crc uint32 (CRC32C of attributes .. end) | attributes int16 (no compression)
-#            | lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
-#            | producerId int64 | producerEpoch int16 | baseSequence int32
-#            | recordCount int32 | records                          (61 header bytes)
-#   record = length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
-#            | keyLength varint (-1 null) | key | valueLength varint (-1 tombstone) | value
-#            | headerCount varint | headers (keyLength varint, key, valueLength varint, value)
-#   coordinator key   = int16 record type | key fields      (coordinator/records.py)
-#   coordinator value = int16 value version | value fields
-#
-# Every batch is checked as recordbatch.decode checks it (header, CRC32C, every record length
-# and varint, offset deltas increasing) before any of its records is used; a bad batch raises
-# recordbatch.CorruptBatchError naming the file and position, as Log.read would.
+# The batches are walked with recordbatch.pxd's cursor, the one the log's own decode uses:
+# every batch is checked whole (header, CRC32C, every record) before any of its records is
+# used, and a bad batch raises recordbatch.CorruptBatchError naming the file, position and
+# reason, as Log.read would. A coordinator record's key is an int16 record type then the key
+# fields, its value an int16 value version then the value fields (coordinator/records.py).
 #
 # Records are decoded with the generated codecs' C decoders (codec.DataCodec.dec) over the
 # bytes of the segment, without a bytes object per field or record. Anything the fast path
@@ -24,9 +14,8 @@
 # version below the lowest, trailing key bytes, any decode error, a type without a replayer)
 # is handed to the caller's `slow(key, value)`, which runs the reference path and so raises
 # the reference error.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_Resize, PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcmp, memcpy, memset
@@ -39,9 +28,9 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 
 from groupcoord._native.krpc cimport Reader
 from groupcoord._native.codec cimport DataCodec
-
-from crc32c import crc32c as _crc32c
-from groupcoord._native.recordbatch import CorruptBatchError, TruncatedBatchError
+from groupcoord._native.wire cimport be16
+from groupcoord._native.recordbatch cimport (Batch, ByteView, Cursor, clamp_end, first_record,
+                                             next_batch, next_record)
 
 
 cdef extern from "Python.h":
@@ -49,212 +38,8 @@ cdef extern from "Python.h":
 
 
 cdef enum:
-    _OVERHEAD = 61
-    _LOG_OVERHEAD = 12
-    _CRC_FROM = 21
-    _MIN_BODY = 49
-    _MAX_BATCH = 1 << 30
-    _MIN_REC_BODY = 6
     _TYPES = 128            # record types 0..127 get a fast-path slot; others go slow
     _MAX_VERSIONS = 16
-
-
-# ---------------------------------------------------------------- byte readers (no exceptions)
-
-cdef inline int64_t be64(const unsigned char* p) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(8):
-        v = (v << 8) | p[i]
-    return <int64_t>v
-
-cdef inline int32_t be32(const unsigned char* p) noexcept:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8)
-                     | <uint32_t>p[3])
-
-cdef inline int16_t be16(const unsigned char* p) noexcept:
-    return <int16_t>((p[0] << 8) | p[1])
-
-cdef inline int uvar(const unsigned char* b, Py_ssize_t* pos, Py_ssize_t end, int max_bytes,
-                     uint64_t* out) noexcept:
-    # Unsigned varint of at most max_bytes bytes; -1 if it runs past end or is too long.
-    cdef uint64_t u = 0
-    cdef int shift = 0, n = 0
-    cdef unsigned char c
-    while True:
-        if pos[0] >= end or n == max_bytes:
-            return -1
-        c = b[pos[0]]
-        pos[0] += 1
-        n += 1
-        u |= <uint64_t>(c & 0x7F) << shift
-        if not (c & 0x80):
-            break
-        shift += 7
-    if max_bytes == 5 and u > 0xFFFFFFFFu:
-        return -1
-    out[0] = u
-    return 0
-
-cdef inline int varint(const unsigned char* b, Py_ssize_t* pos, Py_ssize_t end,
-                       int32_t* out) noexcept:
-    cdef uint64_t u
-    if uvar(b, pos, end, 5, &u) < 0:
-        return -1
-    out[0] = <int32_t>((<uint32_t>u >> 1) ^ (0u - (<uint32_t>u & 1)))
-    return 0
-
-cdef inline int varlong(const unsigned char* b, Py_ssize_t* pos, Py_ssize_t end) noexcept:
-    # The timestamp delta: validated, not used.
-    cdef uint64_t u
-    cdef Py_ssize_t start = pos[0]
-    if uvar(b, pos, end, 10, &u) < 0:
-        return -1
-    if pos[0] - start == 10 and (b[pos[0] - 1] & 0xFE):
-        return -1
-    return 0
-
-cdef inline int length(const unsigned char* b, Py_ssize_t* pos, Py_ssize_t end, bint nullable,
-                       int32_t* out) noexcept:
-    if varint(b, pos, end, out) < 0:
-        return -1
-    if out[0] < 0:
-        return 0 if (out[0] == -1 and nullable) else -1
-    return 0 if out[0] <= end - pos[0] else -1
-
-
-# ---------------------------------------------------------------- batch / record walk
-
-cdef struct Walk:
-    const unsigned char* buf
-    Py_ssize_t pos          # next batch
-    Py_ssize_t end
-    # current batch
-    int64_t base
-    int32_t lod
-    int32_t count
-    int32_t done            # records of the batch walked so far
-    int32_t prev_delta
-    Py_ssize_t rpos         # next record
-    Py_ssize_t bend         # end of the batch
-    # current record
-    int64_t offset
-    Py_ssize_t key_at
-    int32_t key_len
-    Py_ssize_t val_at
-    int32_t val_len
-
-
-cdef int walk_record(Walk* w) noexcept:
-    # Parses the record at w.rpos into w.key_* / w.val_*; -1 if malformed.
-    cdef const unsigned char* b = w.buf
-    cdef Py_ssize_t p = w.rpos, rend
-    cdef int32_t rlen, od, hcount, n, i
-    if varint(b, &p, w.bend, &rlen) < 0 or rlen < _MIN_REC_BODY or rlen > w.bend - p:
-        return -1
-    rend = p + rlen
-    p += 1                                              # attributes
-    if varlong(b, &p, rend) < 0 or varint(b, &p, rend, &od) < 0:
-        return -1
-    if od <= w.prev_delta or od > w.lod:
-        return -1
-    w.prev_delta = od
-    if length(b, &p, rend, True, &w.key_len) < 0:
-        return -1
-    w.key_at = p
-    if w.key_len > 0:
-        p += w.key_len
-    if length(b, &p, rend, True, &w.val_len) < 0:
-        return -1
-    w.val_at = p
-    if w.val_len > 0:
-        p += w.val_len
-    if varint(b, &p, rend, &hcount) < 0 or hcount < 0 or hcount > rend - p:
-        return -1
-    for i in range(hcount):
-        if length(b, &p, rend, False, &n) < 0:
-            return -1
-        p += n
-        if length(b, &p, rend, True, &n) < 0:
-            return -1
-        if n > 0:
-            p += n
-    if p != rend:
-        return -1
-    w.offset = w.base + od
-    w.rpos = p
-    return 0
-
-
-cdef int check_batch(Walk* w, object mv, object path, Py_ssize_t base,
-                     bint partial) except -1:
-    # Validates the whole batch at w.pos (so nothing of a corrupt batch is ever applied) and
-    # positions w on its first record. 1 (nothing done) when ``partial`` and the buffer ends
-    # inside the batch: the caller reads on from there. ``base``: file position of buf[0].
-    cdef const unsigned char* b = w.buf
-    cdef Py_ssize_t pos = w.pos, avail = w.end - w.pos
-    cdef int32_t blen, i
-    cdef int16_t attrs
-    if avail < _OVERHEAD:
-        if partial:
-            return 1
-        raise TruncatedBatchError(path, base + pos, "the segment ends inside a batch header")
-    blen = be32(b + pos + 8)
-    if blen < _MIN_BODY or blen > _MAX_BATCH or <int8_t>b[pos + 16] != 2:
-        raise CorruptBatchError(path, base + pos, "bad batchLength or magic")
-    if blen > avail - _LOG_OVERHEAD:
-        if partial:
-            return 1
-        raise TruncatedBatchError(path, base + pos,
-                                  "the segment ends before the batch's length")
-    attrs = be16(b + pos + 21)
-    w.base = be64(b + pos)
-    w.lod = be32(b + pos + 23)
-    w.count = be32(b + pos + 57)
-    if attrs & 0x07:
-        raise CorruptBatchError(path, base + pos, "compressed batches are not supported")
-    if w.count < 0 or w.count > (blen - _MIN_BODY) // 7 or w.lod < 0 \
-            or (w.count > 0 and w.lod < w.count - 1):
-        raise CorruptBatchError(path, base + pos, "recordCount / lastOffsetDelta inconsistent")
-    if <uint32_t>be32(b + pos + 17) != <uint32_t>_crc32c(mv[pos + _CRC_FROM:
-                                                            pos + _LOG_OVERHEAD + blen]):
-        raise CorruptBatchError(path, base + pos, "CRC32C mismatch")
-    w.bend = pos + _LOG_OVERHEAD + blen
-    w.rpos = pos + _OVERHEAD
-    w.prev_delta = -1
-    for i in range(w.count):
-        if walk_record(w) < 0:
-            raise CorruptBatchError(path, base + pos, "malformed record %d" % i)
-    if w.rpos != w.bend:
-        raise CorruptBatchError(path, base + pos, "bytes left after recordCount records")
-    w.rpos = pos + _OVERHEAD               # walk again, for real
-    w.prev_delta = -1
-    w.done = 0
-    return 0
-
-
-cdef class _Buf:
-    # A read-only buffer over a bytes-like object, released on collection.
-    cdef Py_buffer view
-    cdef bint held
-    cdef object mv
-
-    def __cinit__(self, object data):
-        PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
-        self.held = True
-        self.mv = memoryview(data).cast("B")
-
-    def __dealloc__(self):
-        if self.held:
-            PyBuffer_Release(&self.view)
-
-
-cdef inline void walk_init(Walk* w, _Buf v, Py_ssize_t end) noexcept:
-    w.buf = <const unsigned char*>v.view.buf
-    w.pos = 0
-    w.end = v.view.len if (end < 0 or end > v.view.len) else end
-    w.count = 0
-    w.done = 0
 
 
 # ---------------------------------------------------------------- pass 1: last record per key
@@ -412,10 +197,11 @@ def mark_last(object data, Py_ssize_t end, KeyIndex index, bytearray keep, Py_ss
     Null-key records are always kept (compaction keeps them too). ``base``: the file position
     of data[0], for errors; ``partial``: data may end inside a batch (stop there).
     -> (records, batches, bytes consumed: whole batches)."""
-    cdef _Buf v = _Buf(data)
-    cdef Walk w
-    walk_init(&w, v, end)
-    cdef Py_ssize_t idx = first, batches = 0, i, n
+    cdef ByteView v = ByteView(data)
+    end = clamp_end(v, end)
+    cdef Batch h
+    cdef Cursor c
+    cdef Py_ssize_t pos = 0, idx = first, batches = 0, i, n
     cdef char* flags
     cdef Py_ssize_t cap = PyByteArray_GET_SIZE(keep)
     cdef uint64_t* hashes = NULL
@@ -423,12 +209,12 @@ def mark_last(object data, Py_ssize_t end, KeyIndex index, bytearray keep, Py_ss
     cdef Py_ssize_t hcap = 0
     flags = PyByteArray_AS_STRING(keep)
     try:
-        while w.pos < w.end:
-            if check_batch(&w, v.mv, path, base, partial):
+        while pos < end:
+            if next_batch(v, pos, end, &h, path, base, partial):
                 break
-            w.pos = w.bend
+            pos = h.end
             batches += 1
-            n = w.count
+            n = h.count
             if idx + n > cap:              # grow geometrically; the caller trims
                 cap = max(2 * cap, idx + n, 1024)
                 PyByteArray_Resize(keep, cap)
@@ -443,26 +229,26 @@ def mark_last(object data, Py_ssize_t end, KeyIndex index, bytearray keep, Py_ss
                     raise MemoryError()
             # Hash the batch's keys and prefetch their slots first, so that the table's
             # cache misses overlap instead of coming one after the other.
+            first_record(&c, v.buf, &h)
             for i in range(n):
-                walk_record(&w)
-                keys[3 * i] = w.key_at
-                keys[3 * i + 1] = w.key_len
-                keys[3 * i + 2] = w.val_len < 0
-                if w.key_len >= 0:
-                    hashes[i] = hash_bytes(w.buf + w.key_at, w.key_len)
+                next_record(&c)
+                keys[3 * i] = c.key_at
+                keys[3 * i + 1] = c.key_len
+                keys[3 * i + 2] = c.value_len < 0
+                if c.key_len >= 0:
+                    hashes[i] = hash_bytes(v.buf + c.key_at, c.key_len)
                     index.prefetch(hashes[i])
             for i in range(n):
                 if keys[3 * i + 1] >= 0:
-                    index.put(hashes[i], w.buf + keys[3 * i], keys[3 * i + 1], idx,
+                    index.put(hashes[i], v.buf + keys[3 * i], keys[3 * i + 1], idx,
                               keys[3 * i + 2], flags)
                 else:
                     flags[idx] = 1
                 idx += 1
-            w.done = n
     finally:
         free(hashes)
         free(keys)
-    return idx - first, batches, w.pos
+    return idx - first, batches, pos
 
 
 # ---------------------------------------------------------------- pass 2: decode + replay
@@ -570,40 +356,39 @@ def replay_segment(object data, Py_ssize_t end, bytearray keep, Py_ssize_t first
     a record the fast path decodes, else slow(key bytes, value bytes | None). ``base`` and
     ``partial`` as for mark_last. -> (records walked, records replayed, batches, bytes
     consumed)."""
-    cdef _Buf v = _Buf(data)
-    cdef Walk w
-    walk_init(&w, v, end)
-    cdef Py_ssize_t idx = first, done = 0, batches = 0
+    cdef ByteView v = ByteView(data)
+    end = clamp_end(v, end)
+    cdef Batch h
+    cdef Cursor c
+    cdef Py_ssize_t pos = 0, idx = first, done = 0, batches = 0
+    cdef int32_t i
     cdef const char* flags = NULL
     cdef Py_ssize_t nflags = 0
     cdef object rec
     if keep is not None:
         nflags = PyByteArray_GET_SIZE(keep)
         flags = PyByteArray_AS_STRING(keep)
-    while True:
-        if w.done >= w.count:
-            if w.pos >= w.end:
-                break
-            if check_batch(&w, v.mv, path, base, partial):
-                break
-            w.pos = w.bend
-            batches += 1
-            continue
-        walk_record(&w)
-        w.done += 1
-        idx += 1
-        if flags != NULL:
-            if idx - 1 >= nflags:
-                raise ValueError("the segment has more records than mark_last saw")
-            if not flags[idx - 1]:
-                continue
-        done += 1
-        rec = fast_decode(plan, w.buf, w.key_at, w.key_len, w.val_at, w.val_len)
-        if rec is not None:
-            replay(rec)
-        else:
-            slow(None if w.key_len < 0 else
-                 PyBytes_FromStringAndSize(<const char*>(w.buf + w.key_at), w.key_len),
-                 None if w.val_len < 0 else
-                 PyBytes_FromStringAndSize(<const char*>(w.buf + w.val_at), w.val_len))
-    return idx - first, done, batches, w.pos
+    while pos < end:
+        if next_batch(v, pos, end, &h, path, base, partial):
+            break
+        pos = h.end
+        batches += 1
+        first_record(&c, v.buf, &h)
+        for i in range(h.count):
+            next_record(&c)
+            idx += 1
+            if flags != NULL:
+                if idx - 1 >= nflags:
+                    raise ValueError("the segment has more records than mark_last saw")
+                if not flags[idx - 1]:
+                    continue
+            done += 1
+            rec = fast_decode(plan, v.buf, c.key_at, c.key_len, c.value_at, c.value_len)
+            if rec is not None:
+                replay(rec)
+            else:
+                slow(None if c.key_len < 0 else
+                     PyBytes_FromStringAndSize(<const char*>(v.buf + c.key_at), c.key_len),
+                     None if c.value_len < 0 else
+                     PyBytes_FromStringAndSize(<const char*>(v.buf + c.value_at), c.value_len))
+    return idx - first, done, batches, pos
