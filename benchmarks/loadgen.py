@@ -4,7 +4,10 @@
         --consumer-groups 10 --consumer-members 1000 --topics t0,t1 --seconds 10
 
 Our own asyncio client (uvloop when installed), built on the project's native codec
-(encode_request_frame / decode_response_frame / FrameSplitter):
+(encode_request_frame / decode_response_frame / FrameSplitter). What each member does is
+decided by the SDK's sans-I/O state machines (groupcoord.client: ConsumerMemberState,
+ConnectMemberState, ClassicMemberState, and compute_install for the chosen Connect worker);
+this module only does the I/O, the scheduling and the bookkeeping of the measurement:
 
 * Connections pipeline requests: every request gets a correlation id, responses are matched by
   it, and everything queued during one loop iteration leaves in ONE transport.write.
@@ -12,16 +15,20 @@ Our own asyncio client (uvloop when installed), built on the project's native co
   each member has at most one heartbeat in flight, like a real client.
 * Consumer members (ConsumerGroupHeartbeat v0 or v1, KIP-848) follow their epoch and
   assignment like a real member: an assignment in a response is reconciled at once (revoked
-  partitions dropped first, new ones taken) and the owned partitions are reported in the next
-  heartbeat, which is sent immediately; fenced / unknown members rejoin at epoch 0.
-* Connect workers (ConnectGroupHeartbeat); the worker the coordinator chooses answers
-  COMPUTE_ASSIGNMENT with PrepareAssignment -> the real incremental-cooperative assignor
-  (groupcoord.assign.connect, sticky over the members' current work) -> InstallAssignment.
+  partitions dropped first, new ones taken, no listener) and the owned partitions are
+  reported in the next heartbeat, which is sent immediately; fenced / unknown members rejoin
+  at epoch 0. A heartbeat with nothing to report (the state machine's keepalive_ready) is
+  encoded once per member id and epoch and sent as a template.
+* Connect workers (ConnectGroupHeartbeat), the same way; the worker the coordinator chooses
+  answers COMPUTE_ASSIGNMENT with PrepareAssignment -> the SDK's compute_install (the
+  incremental-cooperative assignor, sticky over the members' current work, no scheduled
+  delay) -> InstallAssignment.
 * Classic members: JoinGroup (v5, MEMBER_ID_REQUIRED round trip) -> SyncGroup (the leader
   assigns round robin over the topics its members subscribe, as ConsumerProtocolAssignment) ->
   Heartbeat; REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID make it rejoin.
   Each classic member has a connection of its own (see ClassicGroupSim.add); consumer and
   connect members share --connections connections.
+* An error the state machine calls fatal stops the run (LoadGen.fatal) instead of retrying.
 
 Modes (LoadGen.mode):
   life   each member heartbeats at its heartbeat interval (the server's
@@ -55,27 +62,26 @@ from typing import Optional
 
 import numpy as np
 
-from groupcoord.assign.connect import (WorkerAssignment, connect_units, from_wire,
-                                       incremental_cooperative, to_wire)
+from groupcoord.assign.connect import connect_units
+from groupcoord.client.connect_assignor import compute_install
+from groupcoord.client.connect_member import Action, ConnectMemberState, Phase, split_units
+from groupcoord.client.members_classic_state import (ASSIGNED, COORDINATOR, LOST, REJOIN, SYNC,
+                                                     ClassicMemberState)
+from groupcoord.client.members_classic_state import OK as C_OK
+from groupcoord.client.members_classic_state import STABLE as C_STABLE
+from groupcoord.client.members_classic_state import UNJOINED as C_UNJOINED
+from groupcoord.client.members_consumer_state import (FATAL, LEFT, RECONCILING,
+                                                      ConsumerMemberState)
 from groupcoord.protocol import (FrameSplitter, decode_request_frame, decode_response_frame,
                                  encode_request_frame)
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
+from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["LoadGen", "ConsumerGroupSim", "ConnectGroupSim", "ClassicGroupSim",
            "percentiles", "proc_cpu_seconds"]
 
-# error codes (Kafka's numbers; ours for connect)
 NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
-ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 22, 25, 27
-MEMBER_ID_REQUIRED = 79
-FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH = 110, 113
-COMPUTE_ASSIGNMENT = 10000
-RETRIABLE = frozenset((COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
-                       -1))
-
-ICA = "incremental-cooperative"
 JOIN_V, SYNC_V, HB_V = 5, 3, 3        # what aiokafka / librdkafka send (non-flexible)
 CONNECT_V = 0
 _I32 = struct.Struct(">i")
@@ -160,8 +166,7 @@ class Conn(asyncio.Protocol):
                     req.API_KEY, version, cb, hb)
 
     def send_template(self, tpl: tuple, cb) -> None:
-        """A cached heartbeat frame: (head 8 bytes, tail, api key, version); the correlation
-        id is patched in."""
+        """A cached heartbeat frame (_template); the correlation id is patched in."""
         corr = self._next_corr()
         self._queue(tpl[0] + _I32.pack(corr) + tpl[1], corr, tpl[2], tpl[3], cb, True)
 
@@ -212,13 +217,20 @@ class Conn(asyncio.Protocol):
 
 
 def _template(req, version: int) -> tuple:
+    """(head, tail, api key, version, the request): send_template patches the correlation
+    id in between head and tail."""
     frame = encode_request_frame(req, version, 0, "loadgen")
-    return (frame[:8], frame[12:], req.API_KEY, version)
+    return (frame[:8], frame[12:], req.API_KEY, version, req)
 
 
 # ----------------------------------------------------------------------------- members
+# Every member's protocol logic is the SDK's sans-I/O state machine (groupcoord.client:
+# ConsumerMemberState, ConnectMemberState, ClassicMemberState); what is here is the I/O and
+# the scheduling. The steady keep-alive of a consumer or connect member is encoded once per
+# member id and epoch and sent as a template (the state machine books it: try_keepalive).
 class Member(abc.ABC):
-    __slots__ = ("lg", "conn", "group", "inflight", "timer", "interval", "tpl")
+    __slots__ = ("lg", "conn", "group", "inflight", "timer", "interval", "tpl", "tpl_key",
+                 "req")
 
     def __init__(self, lg, conn, group):
         self.lg = lg
@@ -228,6 +240,8 @@ class Member(abc.ABC):
         self.timer = None
         self.interval = 3.0
         self.tpl = None
+        self.tpl_key = None
+        self.req = None                # the request whose answer is awaited (consumer)
 
     # scheduling ----------------------------------------------------------------
     def schedule(self, urgent: bool = False, delay: Optional[float] = None) -> None:
@@ -250,340 +264,311 @@ class Member(abc.ABC):
         self.timer = None
         self.heartbeat()
 
+    def _next(self) -> None:
+        """After an accepted answer. Life: heartbeat at the interval, or now when there is
+        something to report. Flood / paced (the hot path): back to the ready queue at once;
+        heartbeat() then sends a keep-alive or, rarely, a report."""
+        lg = self.lg
+        if lg.mode == "life":
+            self.schedule(urgent=not self.sm.keepalive_ready())
+        elif not lg.closing:
+            self.conn.ready.append(self)
+
     def steady(self) -> bool:
+        """The next request is a plain keep-alive (flood / paced modes queue it)."""
         return True
+
+    def _error(self, api: str, code: int) -> None:
+        self.lg.stats.errors[(api, code)] += 1
+
+    def _fatal(self, api: str, code: int) -> None:
+        # The SDK's state machine cannot go on (e.g. GROUP_MAX_SIZE_REACHED): stop the run
+        # loudly rather than retry in silence.
+        self.lg.fatal = "%s: %s answered fatal error %d to member %s" % (
+            self.group, api, code, self.member_id)
 
     @abc.abstractmethod
     def heartbeat(self) -> None:
         """Send this member's next request (heartbeat, join, ...)."""
 
 
-class ConsumerMember(Member):
-    __slots__ = ("member_id", "epoch", "owned", "report", "version", "topics", "hb_tpl_epoch",
-                 "interval_ms", "n_owned")
+class _ModernMember(Member):
+    """A consumer member or connect worker: heartbeats only, keep-alives sent as templates."""
+    __slots__ = ("sm",)
+
+    def steady(self) -> bool:
+        return self.lg.echo or self.sm.keepalive_ready()
+
+    def _send_keepalive(self, key, version: int) -> None:
+        """A keep-alive is booked (or echo mode): send its encoding, made once per key."""
+        if self.tpl_key != key:
+            self.tpl = _template(self.sm.keepalive_request(), version)
+            self.tpl_key = key
+        self.req = self.tpl[4]
+        self.inflight = True
+        self.conn.send_template(self.tpl, self.on_response)
+
+
+class ConsumerMember(_ModernMember):
+    __slots__ = ("version",)
 
     def __init__(self, lg, conn, group, member_id: str, version: int, topics: list):
         super().__init__(lg, conn, group)
-        self.member_id = member_id
         self.version = version
-        self.topics = topics
-        self.epoch = 0
-        self.owned: dict = {}          # topic id -> [partitions]
-        self.n_owned = 0
-        self.report = False
-        self.hb_tpl_epoch = None
+        self.sm = ConsumerMemberState(group, topics=topics, version=version,
+                                      member_id=member_id, rebalance_timeout_ms=60_000)
+        self.sm.add_topic_names(lg.topic_names)
         self.interval = 5.0
 
-    def steady(self) -> bool:
-        return self.epoch > 0 and not self.report
+    member_id = property(lambda self: self.sm.member_id)
+    epoch = property(lambda self: self.sm.epoch)
+    n_owned = property(lambda self: len(self.sm.owned))
+
+    @property
+    def owned(self) -> dict:
+        """topic id -> sorted partitions."""
+        out: dict = {}
+        for t, p in self.sm.owned:
+            out.setdefault(t, []).append(p)
+        return {t: sorted(ps) for t, ps in out.items()}
 
     def heartbeat(self) -> None:
         if self.inflight or self.lg.closing:
             return
+        sm = self.sm
+        if self.lg.echo or sm.try_keepalive():
+            self._send_keepalive((sm.member_id, sm.epoch), self.version)
+            return
+        if sm.state in (FATAL, LEFT):
+            return
         self.inflight = True
-        if self.epoch == 0:
-            req = m.ConsumerGroupHeartbeatRequest(
-                group_id=self.group, member_id=self.member_id, member_epoch=0,
-                rebalance_timeout_ms=60_000, subscribed_topic_names=self.topics,
-                topic_partitions=[])
-            self.conn.send(req, self.version, self.on_response, True)
-        elif self.report:
-            self.report = False
-            req = m.ConsumerGroupHeartbeatRequest(
-                group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
-                topic_partitions=[m.ConsumerGroupHeartbeatRequestTopicPartitions(
-                    topic_id=t, partitions=p) for t, p in self.owned.items()])
-            self.conn.send(req, self.version, self.on_response, True)
-        else:
-            if self.hb_tpl_epoch != self.epoch:
-                self.tpl = _template(m.ConsumerGroupHeartbeatRequest(
-                    group_id=self.group, member_id=self.member_id, member_epoch=self.epoch),
-                    self.version)
-                self.hb_tpl_epoch = self.epoch
-            self.conn.send_template(self.tpl, self.on_response)
+        self.req = sm.heartbeat_request()
+        self.conn.send(self.req, self.version, self.on_response, True)
 
     def on_response(self, resp) -> None:
         self.inflight = False
         if resp is None:                               # echo server
             self.schedule()
             return
-        ec = resp.error_code
-        if ec == NONE:
-            if resp.member_id:
-                self.member_id = resp.member_id
-            self.epoch = resp.member_epoch
-            if resp.heartbeat_interval_ms > 0:
-                self.interval = resp.heartbeat_interval_ms / 1000.0
-            a = resp.assignment
-            if a is not None:
-                # Reconcile at once: revoked partitions are dropped (revoke first), new ones
-                # taken; the owned set is reported in the next heartbeat, sent now.
-                self.owned = {tp.topic_id: list(tp.partitions) for tp in a.topic_partitions
-                              if tp.partitions}
-                self.n_owned = sum(len(p) for p in self.owned.values())
-                self.report = True
-            self.schedule(urgent=self.report)
+        sm = self.sm
+        out = sm.on_heartbeat_response(self.req, resp)
+        if out.ok:
+            if sm.heartbeat_interval_ms > 0:
+                self.interval = sm.heartbeat_interval_ms / 1000.0
+            # Reconcile at once (no listener): revoke first, then assign; the owned set is
+            # reported by the next heartbeat, sent now. (STABLE: nothing to reconcile.)
+            while sm.state == RECONCILING and (rec := sm.next_reconciliation()) is not None:
+                if rec.missing_topic_ids:              # created after our Metadata request
+                    sm.add_topic_names({t: t.hex() for t in rec.missing_topic_ids})
+                    continue
+                sm.revoke_done(rec)
+                sm.assign_done(rec)
+            self._next()
             return
-        st = self.lg.stats
-        st.errors[("ConsumerGroupHeartbeat", ec)] += 1
-        if ec in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
-            st.fenced += 1
-            self.epoch = 0                 # abandon the partitions, rejoin with the same id
-            self.owned = {}
-            self.n_owned = 0
-            self.report = False
+        self._error("ConsumerGroupHeartbeat", resp.error_code)
+        if out.rejoin:                     # fenced: partitions abandoned, join at epoch 0
+            self.lg.stats.fenced += 1
             self.schedule(urgent=True)
-        elif ec in RETRIABLE or ec == STALE_MEMBER_EPOCH:
+        elif out.find_coordinator:
             self.schedule(delay=0.1)
+        elif out.fatal is not None:
+            self._fatal("ConsumerGroupHeartbeat", resp.error_code)
         else:
             self.schedule()
 
 
-class ConnectWorker(Member):
-    __slots__ = ("worker_id", "epoch", "owned", "report", "computing", "sim", "send_config",
-                 "hb_tpl_epoch", "n_owned")
+class ConnectWorker(_ModernMember):
+    __slots__ = ("computing", "sim")
 
     def __init__(self, lg, conn, sim, worker_id: str, send_config: bool):
         super().__init__(lg, conn, sim.group)
         self.sim = sim
-        self.worker_id = worker_id
-        self.epoch = 0
-        self.owned = None              # ConnectGroupHeartbeatRequestConnectorsAndTasks
-        self.n_owned = 0
-        self.report = False
         self.computing = False
-        self.send_config = send_config
-        self.hb_tpl_epoch = None
+        self.sm = ConnectMemberState(sim.group, worker_id,
+                                     worker_url="http://%s:8083" % worker_id,
+                                     rebalance_timeout_ms=60_000)
+        if send_config:
+            self.sm.set_config(dict(zip(sim.names, sim.tc)), offset=1)
         self.interval = 3.0
 
-    def steady(self) -> bool:
-        return self.epoch > 0 and not self.report
+    member_id = property(lambda self: self.sm.member_id)
+    epoch = property(lambda self: self.sm.member_epoch)
+    n_owned = property(lambda self: len(self.sm.owned))
+
+    @property
+    def owned(self) -> m.ConnectGroupHeartbeatRequestConnectorsAndTasks:
+        """What the worker runs, in the heartbeat's wire form."""
+        conns, tasks = split_units(self.sm.owned)
+        by: dict = {}
+        for t in tasks:
+            by.setdefault(t.connector, []).append(t.task)
+        return m.ConnectGroupHeartbeatRequestConnectorsAndTasks(
+            connectors=conns, tasks=[m.ConnectGroupHeartbeatRequestConnectorTasks(
+                connector=c, task_ids=ids) for c, ids in sorted(by.items())])
 
     def heartbeat(self) -> None:
         if self.inflight or self.lg.closing:
             return
+        sm = self.sm
+        if self.lg.echo or sm.try_keepalive():
+            self._send_keepalive(sm.member_epoch, CONNECT_V)
+            return
+        if sm.phase in (Phase.FATAL, Phase.LEFT):
+            return
         self.inflight = True
-        if self.epoch == 0:
-            req = m.ConnectGroupHeartbeatRequest(
-                group_id=self.group, member_id=self.worker_id, member_epoch=0,
-                rebalance_timeout_ms=60_000, worker_url="http://%s:8083" % self.worker_id,
-                client_assignors=[m.ConnectGroupHeartbeatRequestAssignor(
-                    name=ICA, minimum_version=0, maximum_version=2, version=2)],
-                config_state=self.sim.config_state() if self.send_config else None)
-            self.conn.send(req, CONNECT_V, self.on_response, True)
-        elif self.report:
-            self.report = False
-            req = m.ConnectGroupHeartbeatRequest(
-                group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch,
-                owned_connectors_and_tasks=self.owned)
-            self.conn.send(req, CONNECT_V, self.on_response, True)
-        else:
-            if self.hb_tpl_epoch != self.epoch:
-                self.tpl = _template(m.ConnectGroupHeartbeatRequest(
-                    group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch),
-                    CONNECT_V)
-                self.hb_tpl_epoch = self.epoch
-            self.conn.send_template(self.tpl, self.on_response)
+        self.conn.send(sm.heartbeat_request(), CONNECT_V, self.on_response, True)
 
     def on_response(self, resp) -> None:
         self.inflight = False
         if resp is None:
             self.schedule()
             return
-        ec = resp.error_code
-        if ec in (NONE, COMPUTE_ASSIGNMENT):
-            self.epoch = resp.member_epoch
-            if resp.heartbeat_interval_ms > 0:
-                self.interval = resp.heartbeat_interval_ms / 1000.0
-            a = resp.assignment
-            if a is not None:
-                ct = a.connectors_and_tasks
-                self.owned = m.ConnectGroupHeartbeatRequestConnectorsAndTasks(
-                    connectors=list(ct.connectors),
-                    tasks=[m.ConnectGroupHeartbeatRequestConnectorTasks(
-                        connector=t.connector, task_ids=list(t.task_ids)) for t in ct.tasks])
-                self.n_owned = len(ct.connectors) + sum(len(t.task_ids) for t in ct.tasks)
-                self.report = True
-            if ec == COMPUTE_ASSIGNMENT and not self.computing:
+        sm = self.sm
+        out = sm.on_response(resp)
+        if out.action is Action.OK:
+            self.interval = out.interval_ms / 1000.0
+            # Reconcile at once (no tasks to stop or start): revoke, then assign; the next
+            # heartbeat, sent now, reports the owned work.
+            if out.revoke:
+                sm.revoked(out.revoke)
+            if out.assign:
+                sm.assigned(out.assign)
+            if out.compute and not self.computing:
                 self.compute()
-            self.schedule(urgent=self.report)
+            self._next()
             return
-        st = self.lg.stats
-        st.errors[("ConnectGroupHeartbeat", ec)] += 1
-        if ec in (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID):
-            st.fenced += 1
-            self.epoch = 0
-            self.owned = None
-            self.n_owned = 0
-            self.report = False
+        self._error("ConnectGroupHeartbeat", resp.error_code)
+        if out.action is Action.REJOIN:    # fenced: give up all work, join at epoch 0
+            self.lg.stats.fenced += 1
+            sm.revoked(out.revoke)
             self.schedule(urgent=True)
-        elif ec in RETRIABLE or ec == STALE_MEMBER_EPOCH:
+        elif out.action in (Action.FIND_COORDINATOR, Action.RETRY):
             self.schedule(delay=0.1)
         else:
-            self.schedule()
+            self._fatal("ConnectGroupHeartbeat", resp.error_code)
 
-    # the chosen worker's role ---------------------------------------------------
+    # the chosen worker's role: the SDK's assignor step (compute_install) ---------------
     def compute(self) -> None:
         self.computing = True
         self.conn.send(m.ConnectGroupPrepareAssignmentRequest(
-            group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch),
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch),
             CONNECT_V, self._prepared)
 
     def _prepared(self, p) -> None:
         if p.error_code != NONE:
-            self.lg.stats.errors[("ConnectGroupPrepareAssignment", p.error_code)] += 1
+            self._error("ConnectGroupPrepareAssignment", p.error_code)
             self.computing = False
             return
-        names = [c.name for c in p.connectors]
-        tc = [c.task_count for c in p.connectors]
-        index = {n: i for i, n in enumerate(names)}
-        members = sorted(p.members, key=lambda x: x.member_id)   # Connect's tie-break order
-        n_units = int(connect_units(tc)[-1])
-        try:
-            # Sticky: the members' current work is the starting point (units of connectors
-            # that are gone make it fall back to a fresh assignment).
-            cur = from_wire([WorkerAssignment(
-                [index[c] for c in mem.connectors_and_tasks.connectors],
-                [(index[t.connector], list(t.task_ids))
-                 for t in mem.connectors_and_tasks.tasks]) for mem in members], tc)
-        except (KeyError, ValueError):
-            cur = np.full(n_units, -1, dtype=np.int32)
-        res = incremental_cooperative(tc, cur, len(members), p.coordinator_time_ms, 0)
-        out = []
-        for mem, wa in zip(members, to_wire(res.owner, tc, len(members))):
-            out.append(m.ConnectGroupInstallAssignmentRequestMember(
-                member_id=mem.member_id,
-                connectors_and_tasks=m.ConnectGroupInstallAssignmentRequestConnectorsAndTasks(
-                    connectors=[names[c] for c in wa.connectors],
-                    tasks=[m.ConnectGroupInstallAssignmentRequestConnectorTasks(
-                        connector=names[c], task_ids=ids) for c, ids in wa.tasks])))
+        # No scheduled delay: lost work is reassigned at once (the load converges).
+        plan = compute_install(p, 0)
         self.sim.computes += 1
         self.conn.send(m.ConnectGroupInstallAssignmentRequest(
-            group_id=self.group, member_id=self.worker_id, member_epoch=self.epoch,
-            group_epoch=p.group_epoch, members=out), CONNECT_V, self._installed)
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
+            group_epoch=p.group_epoch, error=plan.error,
+            rebalance_delay_ms=plan.rebalance_delay_ms, assignor_state=plan.assignor_state,
+            members=plan.members), CONNECT_V, self._installed)
 
     def _installed(self, r) -> None:
         self.computing = False
         if r.error_code != NONE:
             # e.g. the group moved on while we computed: the next heartbeat asks again.
-            self.lg.stats.errors[("ConnectGroupInstallAssignment", r.error_code)] += 1
+            self._error("ConnectGroupInstallAssignment", r.error_code)
 
 
 class ClassicMember(Member):
-    __slots__ = ("member_id", "generation", "state", "owned", "topics", "sim", "n_owned",
-                 "hb_tpl_key")
-
-    JOINING, SYNCING, STABLE = 0, 1, 2
+    __slots__ = ("sm", "owned", "topics", "sim")
 
     def __init__(self, lg, conn, sim, topics):
         super().__init__(lg, conn, sim.group)
         self.sim = sim
         self.topics = topics
-        self.member_id = ""
-        self.generation = -1
-        self.state = self.JOINING
-        self.owned: dict = {}
-        self.n_owned = 0
+        self.sm = ClassicMemberState(sim.group, session_timeout_ms=45_000,
+                                     rebalance_timeout_ms=60_000)
+        self.owned: dict = {}          # topic -> partitions
         self.interval = sim.heartbeat_s
-        self.hb_tpl_key = None
+
+    member_id = property(lambda self: self.sm.member_id)
+    generation = property(lambda self: self.sm.generation)
+    n_owned = property(lambda self: sum(len(p) for p in self.owned.values()))
 
     def steady(self) -> bool:
-        return self.state == self.STABLE
+        return self.sm.state == C_STABLE
 
     def heartbeat(self) -> None:
         if self.inflight or self.lg.closing:
             return
-        if self.state != self.STABLE:
+        sm = self.sm
+        if sm.state == C_UNJOINED:
             self.join()
             return
+        if sm.state != C_STABLE:       # FATAL, LEFT; JOINING / SYNCING are in flight
+            return
         self.inflight = True
-        key = (self.generation, self.member_id)
-        if self.hb_tpl_key != key:
-            self.tpl = _template(m.HeartbeatRequest(group_id=self.group,
-                                                    generation_id=self.generation,
-                                                    member_id=self.member_id), HB_V)
-            self.hb_tpl_key = key
+        key = (sm.generation, sm.member_id)
+        if self.tpl_key != key:
+            self.tpl = _template(sm.heartbeat_request(), HB_V)
+            self.tpl_key = key
         self.conn.send_template(self.tpl, self._hb)
 
     def join(self) -> None:
         self.inflight = True
-        self.state = self.JOINING
         sub = embedded.encode_subscription(m.ConsumerProtocolSubscription(topics=self.topics),
                                            1)
-        self.conn.send(m.JoinGroupRequest(
-            group_id=self.group, session_timeout_ms=45_000, rebalance_timeout_ms=60_000,
-            member_id=self.member_id, protocol_type="consumer",
-            protocols=[m.JoinGroupRequestProtocol(name="roundrobin", metadata=sub)]),
-            JOIN_V, self._joined)
+        self.conn.send(self.sm.join_request("consumer", [("roundrobin", sub)]), JOIN_V,
+                       self._joined)
 
-    def _rejoin(self, reset_id: bool = False) -> None:
+    def _rejoin(self, lost: bool = False) -> None:
         self.lg.stats.rejoins += 1
-        if reset_id:
-            self.member_id = ""
-        self.state = self.JOINING
+        if lost:
+            self.owned = {}
         self.schedule(urgent=True)
 
     def _joined(self, r) -> None:
         self.inflight = False
-        ec = r.error_code
-        if ec == MEMBER_ID_REQUIRED:
-            self.member_id = r.member_id
+        out = self.sm.on_join_response(r)
+        if out.kind == SYNC:
+            assignments = self.sim.leader_assign(out.members) if self.sm.is_leader else {}
+            self.inflight = True
+            self.conn.send(self.sm.sync_request(assignments), SYNC_V, self._synced)
+            return
+        if out.code == ErrorCode.MEMBER_ID_REQUIRED:   # KIP-394: join again with the id
             self.schedule(urgent=True)
             return
-        if ec != NONE:
-            self.lg.stats.errors[("JoinGroup", ec)] += 1
-            if ec == UNKNOWN_MEMBER_ID:
-                self._rejoin(reset_id=True)
-            elif ec == REBALANCE_IN_PROGRESS:
-                self._rejoin()
-            else:
-                self.schedule(delay=0.2)
-            return
-        self.member_id = r.member_id
-        self.generation = r.generation_id
-        self.state = self.SYNCING
-        assignments = []
-        if r.leader == self.member_id:
-            assignments = self.sim.leader_assign(r.members)
-        self.inflight = True
-        self.conn.send(m.SyncGroupRequest(
-            group_id=self.group, generation_id=self.generation, member_id=self.member_id,
-            protocol_type="consumer", protocol_name="roundrobin", assignments=assignments),
-            SYNC_V, self._synced)
+        self._after_error("JoinGroup", out)
 
     def _synced(self, r) -> None:
         self.inflight = False
-        ec = r.error_code
-        if ec != NONE:
-            self.lg.stats.errors[("SyncGroup", ec)] += 1
-            self._rejoin(reset_id=(ec == UNKNOWN_MEMBER_ID))
+        out = self.sm.on_sync_response(r)
+        if out.kind != ASSIGNED:
+            self._after_error("SyncGroup", out)
             return
         self.owned = {}
-        if r.assignment:
-            _v, a = embedded.decode_assignment(r.assignment)
+        if out.assignment:
+            _v, a = embedded.decode_assignment(out.assignment)
             self.owned = {tp.topic: list(tp.partitions) for tp in a.assigned_partitions
                           if tp.partitions}
-        self.n_owned = sum(len(p) for p in self.owned.values())
-        self.state = self.STABLE
         self.schedule()
 
     def _hb(self, r) -> None:
         self.inflight = False
-        if r is None:
+        out = self.sm.on_heartbeat_response(r)
+        if out.kind == C_OK:
             self.schedule()
             return
-        ec = r.error_code
-        if ec == NONE:
-            self.schedule()
-            return
-        self.lg.stats.errors[("Heartbeat", ec)] += 1
-        if ec in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION):
-            self._rejoin()
-        elif ec == UNKNOWN_MEMBER_ID:
+        if out.code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.lg.stats.fenced += 1
-            self._rejoin(reset_id=True)
-        else:
+        self._after_error("Heartbeat", out)
+
+    def _after_error(self, api: str, out) -> None:
+        self._error(api, out.code)
+        if out.kind == REJOIN:
+            self._rejoin()
+        elif out.kind == LOST:
+            self._rejoin(lost=True)
+        elif out.kind == COORDINATOR:
             self.schedule(delay=0.2)
+        else:
+            self._fatal(api, out.code)
 
 
 # ----------------------------------------------------------------------------- groups
@@ -591,13 +576,15 @@ def _balanced(counts) -> bool:
     return not counts or max(counts) - min(counts) <= 1
 
 
-def _partitions_owned_once(members, units: int) -> bool:
-    """Every one of ``units`` partitions owned by exactly one member, counts within one of
-    each other (members' ``owned``: topic -> partitions, ``n_owned``: their count)."""
+def _owned_once(members, units: int, unit_sets, balanced: bool = True) -> bool:
+    """Every one of ``units`` units owned by exactly one member (``unit_sets``: each member's
+    units; ``n_owned``: their count), counts within one of each other when ``balanced``."""
     counts = [x.n_owned for x in members]
-    if sum(counts) != units or not _balanced(counts):
+    if sum(counts) != units or (balanced and not _balanced(counts)):
         return False
-    seen = {(t, p) for x in members for t, ps in x.owned.items() for p in ps}
+    seen: set = set()
+    for us in unit_sets:
+        seen.update(us)
     return len(seen) == units
 
 
@@ -619,7 +606,7 @@ class ConsumerGroupSim:
             c = self.lg.next_conn()
             mem = ConsumerMember(self.lg, c, self.group, mid, self.version, self.topics)
             if self.lg.echo:
-                mem.epoch = 1
+                mem.sm.epoch = 1           # the echo server never answers a join
             new.append(mem)
         self.members.extend(new)
         return new
@@ -636,7 +623,7 @@ class ConsumerGroupSim:
         e = ms[0].epoch
         if e <= 0 or any(x.epoch != e for x in ms):
             return False
-        return _partitions_owned_once(ms, self.units())
+        return _owned_once(ms, self.units(), (x.sm.owned for x in ms))
 
     async def server_stable(self, conn) -> tuple:
         d = await conn.call(m.ConsumerGroupDescribeRequest(group_ids=[self.group]), 0)
@@ -655,11 +642,6 @@ class ConnectGroupSim:
         self.members: list = []
         self.add(n_workers)
 
-    def config_state(self):
-        return m.ConnectGroupHeartbeatRequestConfigState(
-            config_offset=1, connectors=[m.ConnectGroupHeartbeatRequestConnectorConfig(
-                name=n, task_count=t) for n, t in zip(self.names, self.tc)])
-
     def add(self, n) -> list:
         base = len(self.members)
         new = []
@@ -667,7 +649,7 @@ class ConnectGroupSim:
             w = ConnectWorker(self.lg, self.lg.next_conn(), self,
                               "worker-%s-%06d" % (self.group, i), send_config=(i == 0))
             if self.lg.echo:
-                w.epoch = 1
+                w.sm.member_epoch = 1
             new.append(w)
         self.members.extend(new)
         return new
@@ -676,27 +658,13 @@ class ConnectGroupSim:
         return int(connect_units(self.tc)[-1])
 
     def converged(self) -> bool:
+        """Every worker at the same epoch, every unit owned exactly once (Connect balances
+        connectors and tasks separately: no balance check)."""
         ms = self.members
         e = ms[0].epoch
-        if e <= 0:
+        if e <= 0 or any(x.epoch != e for x in ms):
             return False
-        total = 0
-        counts = []
-        for x in ms:
-            if x.epoch != e or x.owned is None:
-                return False
-            total += x.n_owned
-            counts.append(x.n_owned)
-        if total != self.units():
-            return False
-        seen = set()
-        for x in ms:
-            for c in x.owned.connectors:
-                seen.add((c, -1))
-            for t in x.owned.tasks:
-                for i in t.task_ids:
-                    seen.add((t.connector, i))
-        return len(seen) == total
+        return _owned_once(ms, self.units(), (x.sm.owned for x in ms), balanced=False)
 
     async def server_stable(self, conn) -> tuple:
         d = await conn.call(m.ConnectGroupDescribeRequest(group_ids=[self.group]), 0)
@@ -726,9 +694,10 @@ class ClassicGroupSim:
     def units(self) -> int:
         return sum(self.lg.partitions[t] for t in self.topics)
 
-    def leader_assign(self, members) -> list:
+    def leader_assign(self, members) -> dict:
         """Round robin over every (topic, partition) the members subscribe, members sorted
-        by id (Kafka's RoundRobinAssignor for identical subscriptions)."""
+        by id (Kafka's RoundRobinAssignor for identical subscriptions): member id ->
+        ConsumerProtocolAssignment bytes."""
         self.assigns += 1
         topics = set()
         for mem in members:
@@ -742,17 +711,18 @@ class ClassicGroupSim:
             for p in range(self.lg.partitions.get(t, 0)):
                 per[ids[k % n]].setdefault(t, []).append(p)
                 k += 1
-        return [m.SyncGroupRequestAssignment(member_id=i, assignment=embedded.encode_assignment(
-            m.ConsumerProtocolAssignment(assigned_partitions=[
-                m.ConsumerProtocolAssignmentTopicPartition(topic=t, partitions=ps)
-                for t, ps in per[i].items()]), 1)) for i in ids]
+        return {i: embedded.encode_assignment(m.ConsumerProtocolAssignment(
+            assigned_partitions=[m.ConsumerProtocolAssignmentTopicPartition(topic=t,
+                                                                            partitions=ps)
+                                 for t, ps in per[i].items()]), 1) for i in ids}
 
     def converged(self) -> bool:
         ms = self.members
         g = ms[0].generation
-        if any(x.state != ClassicMember.STABLE or x.generation != g for x in ms):
+        if any(x.sm.state != C_STABLE or x.generation != g for x in ms):
             return False
-        return _partitions_owned_once(ms, self.units())
+        return _owned_once(ms, self.units(), (((t, p) for t, ps in x.owned.items() for p in ps)
+                                              for x in ms))
 
     async def server_stable(self, conn) -> tuple:
         d = await conn.call(m.DescribeGroupsRequest(groups=[self.group]), 0)
@@ -778,6 +748,7 @@ class LoadGen:
         self.fatal: Optional[str] = None
         self.groups: list = []
         self.partitions: dict = {}     # topic name -> partitions (from Metadata)
+        self.topic_names: dict = {}    # topic id -> name (from Metadata)
 
     async def connect(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -788,6 +759,7 @@ class LoadGen:
         if not self.echo:
             md = await self.conns[0].call(m.MetadataRequest(topics=None), 12)
             self.partitions = {t.name: len(t.partitions) for t in md.topics}
+            self.topic_names = {t.topic_id: t.name for t in md.topics}
 
     def next_conn(self) -> Conn:
         c = self.conns[self._rr % len(self.conns)]

@@ -160,6 +160,31 @@ class ConnectMemberState:
             self.phase = Phase.JOINING
         return req
 
+    def keepalive_ready(self) -> bool:
+        """Joined and nothing changed since the heartbeat the coordinator last accepted:
+        heartbeat_request() would carry only group id, member id and epoch
+        (keepalive_request()). A driver of many workers may then send one encoding of it per
+        epoch and book it with try_keepalive() (benchmarks/loadgen.py)."""
+        return (self.phase is Phase.STABLE and self.member_epoch > 0 and not self._full
+                and tuple(self.assignors) == self._sent_assignors
+                and (self.config_offset < 0 or self.config_offset == self._sent_config_offset)
+                and self.owned == self._sent_owned)
+
+    def keepalive_request(self) -> m.ConnectGroupHeartbeatRequest:
+        """The identity-only heartbeat heartbeat_request() builds when keepalive_ready().
+        Books nothing."""
+        return m.ConnectGroupHeartbeatRequest(group_id=self.group_id, member_id=self.member_id,
+                                              member_epoch=self.member_epoch)
+
+    def try_keepalive(self) -> bool:
+        """If keepalive_ready(), book a keep-alive as sent, as heartbeat_request() would, and
+        return True: send keepalive_request() (or an earlier encoding of it for the same
+        epoch) and give its answer to on_response. Else False: use heartbeat_request()."""
+        if not self.keepalive_ready():
+            return False
+        self._in_flight = {}
+        return True
+
     def config_state(self) -> m.ConnectGroupHeartbeatRequestConfigState:
         return m.ConnectGroupHeartbeatRequestConfigState(
             config_offset=self.config_offset,

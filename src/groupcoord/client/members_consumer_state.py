@@ -207,6 +207,35 @@ class ConsumerMemberState:
         return m.ConsumerGroupHeartbeatRequest(group_id=self.group_id, member_id=self.member_id,
                                                member_epoch=epoch, instance_id=self.instance_id)
 
+    # ------------------------------------------------------------------ keep-alives
+    def keepalive_ready(self) -> bool:
+        """Joined, nothing to reconcile or report, and nothing changed since the heartbeat
+        the coordinator last accepted: heartbeat_request() would carry only the member's
+        identity (keepalive_request()). A driver of many members may then send one encoding
+        of it per member id and epoch and book it with try_keepalive()
+        (benchmarks/loadgen.py)."""
+        return (self.state == STABLE and self.epoch > 0 and not self.ack_pending
+                and self._sent is not None and self._sent == self._fields())
+
+    def keepalive_request(self) -> m.ConsumerGroupHeartbeatRequest:
+        """The identity-only heartbeat heartbeat_request() builds when keepalive_ready().
+        Books nothing."""
+        return m.ConsumerGroupHeartbeatRequest(group_id=self.group_id,
+                                               member_id=self.member_id,
+                                               member_epoch=self.epoch,
+                                               instance_id=self.instance_id)
+
+    def try_keepalive(self) -> bool:
+        """If keepalive_ready(), book a keep-alive as sent, as heartbeat_request() would, and
+        return True: send keepalive_request() (or an encoding of it made earlier for the same
+        member id and epoch) and give its answer to on_heartbeat_response. Else False: the
+        next heartbeat has fields to send, use heartbeat_request()."""
+        if not self.keepalive_ready():
+            return False
+        self._in_flight = self._sent
+        self.ack_pending = False
+        return True
+
     def heartbeat_lost(self) -> None:
         """The request got no answer (timeout, connection loss): send everything next time."""
         self._sent = None
