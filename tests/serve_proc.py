@@ -39,8 +39,9 @@ class ServeProc:
     """One `groupcoord serve` child process. host/port/proc/data_dir are set once started."""
 
     def __init__(self, data_dir, topics=None, shards=None, log_level=None, extra_args=(),
-                 host="127.0.0.1", port=0, start_timeout=START_TIMEOUT_S):
+                 host="127.0.0.1", port=0, start_timeout=START_TIMEOUT_S, loop=None):
         self.data_dir = str(data_dir)
+        self.loop = loop                # "uvloop" / "asyncio" (--loop); None: serve's default
         self.topics = dict(topics or {})
         self.shards = shards
         self.log_level = log_level or os.environ.get("GROUPCOORD_TEST_LOG_LEVEL")
@@ -66,6 +67,8 @@ class ServeProc:
             argv += ["--shards", str(self.shards)]
         if self.log_level:
             argv += ["--log-level", self.log_level]
+        if self.loop:
+            argv += ["--loop", self.loop]
         # Faster groups than Kafka's defaults (classic groups form after 3 s, KIP-848 members
         # heartbeat every 5 s), so that the client tests converge in a few seconds.
         argv += ["--group-config", "group.initial.rebalance.delay.ms=300",
@@ -308,12 +311,14 @@ except ImportError:  # pragma: no cover - the helper is usable without pytest
 
 if pytest is not None:
     @pytest.fixture
-    def serve(tmp_path):
+    def serve(tmp_path, event_loop_policy):
         """Factory: serve(topics={"t": 6}, **kw) -> a started ServeProc (iterable as
-        (host, port, proc, data_dir)). Every process started is stopped at teardown."""
+        (host, port, proc, data_dir)). Every process started is stopped at teardown. In a
+        test run on both loops (tests/conftest.py) the child runs on the test's loop."""
         made = []
 
         def start(topics=None, **kw):
+            kw.setdefault("loop", event_loop_policy)
             s = ServeProc(tmp_path / ("groupcoord-data-%d" % len(made)), topics=topics, **kw)
             made.append(s)
             return s.start()

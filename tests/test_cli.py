@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import groupcoord
 from groupcoord import cli
 
@@ -13,6 +15,7 @@ def test_cli_lists_version_and_every_api(capsys):
         assert line in out
 
 
+@pytest.mark.integration          # child processes
 def test_cli_help_and_version_run_as_a_command():
     r = subprocess.run([sys.executable, "-m", "groupcoord.cli", "--help"], capture_output=True,
                        text=True, timeout=60)

@@ -300,6 +300,7 @@ _LIST_TOPICS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e                  # librdkafka, a real client
 def test_confluent_kafka_list_topics(serve):
     pytest.importorskip("confluent_kafka")
     srv = serve(topics={"orders": 6, "audit": 2}, log_level="DEBUG")

@@ -276,6 +276,7 @@ def test_create_topics_beyond_the_catalog_limits_is_refused_per_topic():
     assert "--max-partitions" in N.check_catalog_limits(new, lim._replace(max_partitions=13))
 
 
+@pytest.mark.integration          # a `groupcoord serve` child
 def test_serve_refuses_startup_topics_over_the_catalog_limits(tmp_path):
     r = subprocess.run([sys.executable, "-m", "groupcoord.cli", "serve", "--port", "0",
                         "--data-dir", str(tmp_path), "--topic", "a:5", "--topic", "b:5",

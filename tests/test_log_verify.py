@@ -46,6 +46,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert rc == 2 and "no log in" in err
 
 
+@pytest.mark.integration          # a child process
 def test_help_explains_the_exit_statuses():
     env = dict(os.environ, PYTHONPATH=package_root())
     r = subprocess.run([sys.executable, "-m", "groupcoord.cli", "log", "verify", "--help"],

@@ -231,16 +231,17 @@ def test_response_waits_for_durability_and_reads_wait_for_earlier_writes(run, tm
         await c.start()
         gate = Gate(monkeypatch)
         w = asyncio.ensure_future(c.submit(commit("a", "orders", 0, 7), 8))
-        await asyncio.sleep(0.05)
+        while not gate.writes:                   # bounded by run()'s timeout
+            await asyncio.sleep(0.005)
         assert not w.done()                      # not durable yet: not answered
         # A read that writes nothing, behind the pending write (another group, same shard):
         r = asyncio.ensure_future(c.submit(fetch("a", "orders", [0]), 5))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)                # a window for a wrong early answer
         assert not r.done()
         # More writes meanwhile join the next group commit.
         more = [asyncio.ensure_future(c.submit(commit("b%d" % i, "orders", 0, i), 8))
                 for i in range(20)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)                # staged meanwhile, behind the shut gate
         gate.open.set()
         w, r = await w, await r
         await asyncio.gather(*more)
@@ -290,16 +291,18 @@ def test_loading_answers_load_in_progress(run, tmp_path, monkeypatch):
         await c.start()
         await c.submit(commit("g", "orders", 0, 9), 8)
         await c.close()
-        release = threading.Event()
+        release, loading = threading.Event(), threading.Event()
         real = shard_runtime.load_shard
 
         def slow(shard, log, **kw):
+            loading.set()
             release.wait(10)
             return real(shard, log, **kw)
         monkeypatch.setattr(shard_runtime, "load_shard", slow)
         c = make(tmp_path, shards=2)
         started = asyncio.ensure_future(c.start())
-        await asyncio.sleep(0.05)
+        while not loading.is_set():              # bounded by run()'s timeout
+            await asyncio.sleep(0.005)
         r = await c.submit(fetch("g", "orders", [0]), 5)
         assert r.error_code == E.COORDINATOR_LOAD_IN_PROGRESS
         d = await c.submit(m.DescribeGroupsRequest(groups=["g"]), 3)
@@ -333,7 +336,7 @@ def test_session_timeout_fires_as_an_event_and_survives_restart(run, tmp_path):
             r = await c.submit(cg_hb("cg", "m2", epoch, topic_partitions=owned), 1)
             assert r.error_code == 0, r
             epoch, parts = r.member_epoch, assigned(r) or parts
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)             # the subject: m1's session runs out meanwhile
         d = await c.submit(m.ConsumerGroupDescribeRequest(group_ids=["cg"]), 0)
         await c.close()
         return d0.groups[0], d.groups[0]

@@ -119,7 +119,7 @@ def test_sigkill_through_the_runtime_loses_nothing_acknowledged(tmp_path):
         try:
             first = p.stdout.readline()
             assert first.startswith(b"ready"), (first, p.stderr.read()[-3000:])
-            time.sleep(r.uniform(0.05, 0.5))
+            time.sleep(r.uniform(0.05, 0.5))    # the subject: a random (seeded) kill moment
             p.send_signal(signal.SIGKILL)
             _read_lines(p, acked, sent)
             p.wait(timeout=10)

@@ -18,6 +18,7 @@ from groupcoord.protocol import ConnectGroupDescribeRequest
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 from serve_proc import serve  # noqa: F401  (fixture)
+from waiting import until
 
 HB_MS = 100
 SESSION_MS = 1000
@@ -84,14 +85,6 @@ def _units(connectors, tasks):
 
 def labels(worker):
     return sorted(label(u) for u in worker.state.owned)
-
-
-async def until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
-        await asyncio.sleep(0.02)
 
 
 def worker(srv, ledger, name, **kw):
@@ -186,7 +179,8 @@ def test_case_study_worker_bounces(serve):
         t_kill = time.monotonic()
         await w2.kill()
         ledger.killed("W2", w2)
-        await asyncio.sleep(SESSION_MS / 1000 * 1.5)    # expired, within the delay
+        # The subject: away longer than the session (expired), back within the delay.
+        await asyncio.sleep(SESSION_MS / 1000 * 1.5)
         w2b = worker(srv, ledger, "W2")                 # same member id, comes back
         await w2b.start()
         await until(lambda: w2b.state.owned == held, DELAY_MS / 1000, "W2 to get its work back")
@@ -210,7 +204,8 @@ def test_static_member_temporary_leave_keeps_its_work(serve):
                     and w1.member_epoch == w2.member_epoch, 8, "two workers sharing")
         held = frozenset(w2.state.owned)
         await w2.stop(temporary=True)                   # epoch -2: work stays reserved
-        await asyncio.sleep(0.3)
+        beats = w1.heartbeats                           # W1 is answered three times more
+        await until(lambda: w1.heartbeats >= beats + 3, 5, "three heartbeats of W1")
         assert not (held & w1.state.owned)
         w2b = worker(srv, ledger, "W2-restarted", instance_id="host-2")
         await w2b.start()

@@ -17,6 +17,7 @@ from groupcoord.protocol import (ApiVersionsRequest, ApiVersionsResponse,
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 from serve_proc import serve  # noqa: F401  (fixture)
+from waiting import until
 
 
 def run(coro, timeout=20):
@@ -171,7 +172,8 @@ def test_request_timeout_keeps_the_connection_usable():
             assert 0.15 < time.monotonic() - t < 0.5
             r = await conn.request(FindCoordinatorRequest(key="quick"), version=3, timeout_s=2)
             assert r.host == "quick"
-            await asyncio.sleep(0.6)          # the late answer arrives and is dropped
+            # the late answer arrives and is dropped
+            await until(lambda: conn.late_responses_dropped, 5, "the late answer")
             assert conn.late_responses_dropped == 1 and not conn.closed
             await conn.close()
     run(go())
@@ -182,7 +184,7 @@ def test_closed_connection_fails_pending_and_later_requests():
         async with FakeNode(lambda h, r: "close" if r.key == "bye" else None) as node:
             conn = await Connection.open("127.0.0.1", node.port)
             hang = asyncio.ensure_future(conn.request(FindCoordinatorRequest(key="x"), version=3))
-            await asyncio.sleep(0.05)
+            await until(lambda: any(k == 10 for k, _, _ in node.seen), 5, "the node to get x")
             with pytest.raises(ConnectionClosed):
                 await conn.request(FindCoordinatorRequest(key="bye"), version=3, timeout_s=5)
             with pytest.raises(ConnectionClosed):

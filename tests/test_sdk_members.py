@@ -12,6 +12,7 @@ import time
 import pytest
 
 from serve_proc import describe_consumer_group, serve  # noqa: F401  (fixture)
+from waiting import until
 from coord_harness import Harness
 
 from groupcoord.client import (ClassicMember, ConsumerMember, CustomProtocol, TopicPartition)
@@ -79,14 +80,6 @@ class Ledger:
 
     def check(self):
         assert not self.violations, self.violations
-
-
-async def until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
-        await asyncio.sleep(0.02)
 
 
 def run(coro, timeout=60):
@@ -665,7 +658,15 @@ def test_e2e_classic_static_member_restart_keeps_its_assignment(serve):  # noqa:
             await a.start()
             await until(lambda: a.state == "STABLE" and len(a.assignment) == 6, 20, "a back")
             assert a.assignment == before and a.generation == gen and a.member_id != old
-            await asyncio.sleep(0.5)             # several heartbeats: no rebalance follows
+            # Five more answered heartbeats of b (a rebalance would reach it on one): none.
+            beats = []
+            heartbeat = b._heartbeat
+
+            async def counted():
+                await heartbeat()
+                beats.append(b.generation)
+            b._heartbeat = counted
+            await until(lambda: len(beats) >= 5, 10, "five heartbeats of b")
             assert b.generation == gen and ledger.revoked("b", since=t) == []
         finally:
             await a.close(leave=True)
@@ -763,6 +764,7 @@ def test_e2e_classic_member_commits_with_its_generation(serve):  # noqa: F811
 
 
 # ============================================================================ no server
+@pytest.mark.integration          # real sockets (a refused connection)
 @pytest.mark.parametrize("kind", ["consumer", "classic"])
 def test_start_without_a_server_raises_coordinator_not_found_naming_the_address(kind):
     """Nothing listens at the bootstrap address: start() (and so `async with`) raises the

@@ -12,6 +12,7 @@ import pytest
 import groupcoord.protocol as P
 from server_client import WireClient
 from server_fixtures import LOOPS, join_request, make_coordinator, raw_frame, run_on, serving
+from waiting import until
 
 M = P.messages
 
@@ -128,7 +129,8 @@ def test_truncated_frame_then_close(loop_kind, tmp_path, caplog):
             frame = P.encode_request_frame(M.ApiVersionsRequest(), 3, 1)
             bad.send_raw(frame[:-3])
             await bad.writer.drain()
-            await asyncio.sleep(0.05)
+            await until(lambda: any(c._splitter.pending for c in srv.connections), 5,
+                        "the server to hold the partial frame")
             await bad.close()
             for _ in range(100):
                 if _warnings(caplog):

@@ -13,6 +13,7 @@ from groupcoord.coordinator.topics import topic_id_for
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore
 from server_client import WireClient
+from waiting import until
 from server_fixtures import (LOOPS, WriteCounter, join_request, make_coordinator, run_on,
                              serving)
 
@@ -240,7 +241,7 @@ def test_connection_limit(loop_kind, tmp_path, caplog):
             assert len(srv.connections) == 3
             assert (await live[0].call(M.MetadataRequest(topics=None), 12)).brokers
             await live[2].close()
-            await asyncio.sleep(0.1)
+            await until(lambda: len(srv.connections) < 3, 5, "the server to see the close")
             late = await WireClient.connect(*srv.address)      # room again
             assert (await late.call(M.ApiVersionsRequest(), 3)).error_code == 0
             for c in live[:2] + [late] + extra:
@@ -277,7 +278,8 @@ def test_graceful_shutdown_answers_parked_requests_then_closes(loop_kind, tmp_pa
             mid = (await c.call(join_request(), 5)).member_id
             cj = c.send(join_request(member_id=mid), 5)        # parked for a minute
             cf = c.send(fetch_req(wait=60_000), 12)             # held for a minute
-            await asyncio.sleep(0.1)
+            await until(lambda: sum(x.in_flight() for x in srv.connections) == 2, 5,
+                        "both requests to be held")
             t0 = time.monotonic()
             await srv.shutdown()
             assert time.monotonic() - t0 < 5

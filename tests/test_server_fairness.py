@@ -26,6 +26,7 @@ from groupcoord.server.metadata_cache import (INLINE_PARTITIONS, MetadataCache,
 from server_client import WireClient
 from server_double import CoordinatorDouble
 from server_fixtures import LOOPS, make_coordinator, run_on, serving
+from waiting import until
 
 M = P.messages
 READ_MAX = 256 << 10          # the most either loop reads from a socket at once
@@ -257,7 +258,13 @@ def test_a_metadata_pipelining_hog_stays_bounded_and_the_probe_is_answered(loop_
                     frame = await r.readexactly(size)
                     corrs.append(struct.unpack(">i", frame[:4])[0])
             reader = loop.create_task(read_all()) if reads else None
-            await asyncio.sleep(0.1)
+            if reads:                   # under way: the hog is being answered
+                await until(lambda: corrs, 30, "the hog's first answers")
+            else:                       # its unread answers fill the transport: stuck
+                await until(lambda: hog.closing or hog._writing_paused
+                            or hog.queued_response_bytes
+                            + hog.transport.get_write_buffer_size() >= bound, 30,
+                            "the hog to be stuck on its unread answers")
             loaded = await _probe(srv, 20)
             if reads:
                 assert 0 < len(corrs) < n_req        # the probe ran during the hog's burst
@@ -394,8 +401,7 @@ def test_partial_frames_are_capped_across_connections_and_released_on_close(loop
             # Half-sent again, then the hogs go away: every byte and reservation released.
             for (r, w), rest in zip(hogs, rests):
                 w.write(_partial(frame_bytes, frame_bytes // 2, 2)[0])
-            await asyncio.sleep(0.2)
-            assert pool.buffered > 0
+            await until(lambda: pool.buffered > 0, 10, "the half-sent frames to be buffered")
             for r, w in hogs:
                 w.close()
             deadline = time.monotonic() + 10
@@ -469,7 +475,7 @@ def decoded(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["double", "real"])
 def test_a_million_partition_commit_is_refused_whole_without_being_decoded(kind, tmp_path,
-                                                                            decoded):
+                                                                            decoded, loop_kind):
     coord = make_coordinator(kind, tmp_path)
     n = 1_000_000
     frames = {v: _commit_frame(n, v, 100 + v) for v in (7, 8)}
@@ -494,13 +500,13 @@ def test_a_million_partition_commit_is_refused_whole_without_being_decoded(kind,
             assert [p.committed_offset for p in fetch.groups[0].topics[0].partitions] == \
                 [-1, -1]
             await c.close()
-    run_on("uvloop", go, timeout=120)
+    run_on(loop_kind, go, timeout=120)
     assert max(decoded) < 1 << 20          # the big frames were never decoded
 
 
 @pytest.mark.parametrize("kind", ["double", "real"])
 def test_a_big_commit_of_a_member_the_group_refuses_gets_the_groups_error(kind, tmp_path,
-                                                                           decoded):
+                                                                           decoded, loop_kind):
     coord = make_coordinator(kind, tmp_path)
     n = 100_000                            # a 1.8 MB frame: over message.max.bytes
 
@@ -520,11 +526,12 @@ def test_a_big_commit_of_a_member_the_group_refuses_gets_the_groups_error(kind, 
                 assert corr == 300 + i
                 assert _codes(resp) == [("good", p, code) for p in range(n)], member
             await c.close()
-    run_on("uvloop", go, timeout=120)
+    run_on(loop_kind, go, timeout=120)
     assert max(decoded) < 1 << 20
 
 
-def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_path, decoded):
+def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_path, decoded,
+                                                                          loop_kind):
     # 2 MB of metadata over offset.metadata.max.bytes: a frame over message.max.bytes whose
     # records fit; the per-partition answers only the handler gives.
     coord = CoordinatorDouble(catalog(1, 3))
@@ -546,11 +553,12 @@ def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_pat
             assert [p.committed_offset for p in fetch.groups[0].topics[0].partitions] == \
                 [10, -1, 12]
             await c.close()
-    run_on("uvloop", go, timeout=60)
+    run_on(loop_kind, go, timeout=60)
     assert max(decoded) > 2_000_000        # scanned first, then decoded
 
 
-def test_a_malformed_big_commit_closes_the_connection_as_a_decoded_one_would(decoded):
+def test_a_malformed_big_commit_closes_the_connection_as_a_decoded_one_would(decoded,
+                                                                              loop_kind):
     coord = CoordinatorDouble(catalog(1, 3))
     frame = bytearray(_commit_frame(100_000, 8, 5, metadata="ok"))
     at = len(frame) - 4                    # the last partition's metadata: "ok" -> "o\xff"
@@ -564,5 +572,5 @@ def test_a_malformed_big_commit_closes_the_connection_as_a_decoded_one_would(dec
             c.send_raw(bytes(frame))
             assert (await c.recv())[0] == first
             assert await c.closed()
-    run_on("uvloop", go, timeout=60)
+    run_on(loop_kind, go, timeout=60)
     assert max(decoded) < 1 << 20

@@ -63,7 +63,7 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(tmp_path):
                 line = p.stdout.readline()
                 if line.startswith(b"durable"):
                     acked = max(acked, int(line.split()[1]))
-            time.sleep(r.uniform(0.0, 0.3))
+            time.sleep(r.uniform(0.0, 0.3))     # the subject: a random (seeded) kill moment
             p.send_signal(signal.SIGKILL)
             out, _err = p.communicate(timeout=10)
         finally:

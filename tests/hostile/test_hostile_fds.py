@@ -81,7 +81,7 @@ def test_fd_exhaustion_during_a_segment_roll(node, good_group):
         while n.fd_count() < NOFILE and len(hoard) < 2 * NOFILE:
             hoard.append(socket.create_connection((n.host, n.port), timeout=5))
             if len(hoard) % 16 == 0:
-                time.sleep(0.05)    # let the node accept them
+                time.sleep(0.05)    # pacing: let the node accept them (the backlog is finite)
         deadline = time.monotonic() + 10
         while n.fd_count() < NOFILE and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -125,7 +125,7 @@ def test_fd_exhaustion_during_a_segment_roll(node, good_group):
             assert commit(w, group, sent) == {0}
             acked = sent
         w.close()
-        time.sleep(1.0)
+        time.sleep(1.0)             # the probe's window after recovery (measured below)
     finally:
         for s in hoard:
             s.close()

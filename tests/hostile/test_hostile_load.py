@@ -20,7 +20,7 @@ def run_load(node, good, case, rss_bound, seconds=LOAD_S, **params):
     with Case(node, good) as c:
         with LoadProc(case, node.host, node.port, **params) as load:
             ready = load.wait_ready()
-            time.sleep(seconds)
+            time.sleep(seconds)     # the subject: the load runs this long, probe and group on
             done = load.stop()
     print("%s: ready %s, done %s" % (case, ready, done))
     c.check(rss_bound)
@@ -40,7 +40,7 @@ def test_pipelining_readers_and_non_readers(node, good_group):
                 LoadProc("pipeline-nonreaders", n.host, n.port, conns=2) as writers:
             readers.wait_ready()
             writers.wait_ready()
-            time.sleep(LOAD_S)
+            time.sleep(LOAD_S)      # the subject: the load runs this long, probe and group on
             r = readers.stop()
             w = writers.stop()
     print("readers %s\nnon-readers %s" % (r, w))
