@@ -63,6 +63,7 @@ FILE_TIERS = {
     "test_import_graph.py": "unit",
     "test_limits.py": "unit",
     "test_loadgen.py": "integration",
+    "test_bench_coordinator.py": "unit",
     "test_log_verify.py": "unit",
     "test_parity_kafka_python.py": "unit",     # kafka-python as a codec oracle, no client
     "test_record_types.py": "unit",
