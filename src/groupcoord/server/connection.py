@@ -404,14 +404,8 @@ class Connection(asyncio.Protocol):
             return
         try:
             header, req = decode_request_frame(frame)
-        except UnsupportedVersionError as e:
-            self._unsupported(e)
-            return
-        except DecodeError as e:
-            self._malformed(e)
-            return
         except ProtocolError as e:
-            self._bad("unreadable request (%s); closing" % e)
+            self._unreadable(e)
             return
         key = header.api_key
         if header.trailing_bytes and log.isEnabledFor(logging.DEBUG):
@@ -470,14 +464,8 @@ class Connection(asyncio.Protocol):
         decoded and handled as usual, its answer in the same slot."""
         try:
             scan = scan_offset_commit(frame)
-        except UnsupportedVersionError as e:
-            self._unsupported(e)
-            return
-        except DecodeError as e:
-            self._malformed(e)
-            return
         except ProtocolError as e:
-            self._bad("unreadable request (%s); closing" % e)
+            self._unreadable(e)
             return
         header = scan[0]
         slot = self._new_slot()
@@ -511,6 +499,16 @@ class Connection(asyncio.Protocol):
                       % (header.api_version, e), level=logging.ERROR)
             return
         self._group_request(req, header, header.api_key, slot)
+
+    def _unreadable(self, e: ProtocolError):
+        """A request frame the decoder (or the commit scan) refused: answered where the
+        protocol allows, else the connection closes."""
+        if isinstance(e, UnsupportedVersionError):
+            self._unsupported(e)
+        elif isinstance(e, DecodeError):
+            self._malformed(e)
+        else:
+            self._bad("unreadable request (%s); closing" % e)
 
     def _unsupported(self, e: UnsupportedVersionError):
         corr = getattr(e, "correlation_id", None)
