@@ -4,9 +4,6 @@
    (src/groupcoord/protocol/messages.py) and one Cython codec module per API.
 2. Stages the hand-written native/*.pyx|pxd and the generated modules as the package
    groupcoord._native (so `cimport groupcoord._native.krpc` resolves), and cythonizes them.
-3. Builds spark_bench's own native module (spark_bench/batch_native.pyx) into the checkout,
-   for in-place and editable builds only: spark_bench runs from a checkout and is not in
-   the wheel.
 
 GROUPCOORD_DEBUG_BUILD=1 turns on bounds checks, line tracing and -O0 -g.
 GROUPCOORD_ONLY=mod1,mod2 (development) compiles only those modules of groupcoord._native.
@@ -65,11 +62,6 @@ def extensions():
                       include_dirs=[numpy.get_include()], define_macros=macros,
                       extra_compile_args=args)
             for m in modules]
-    if not only or "spark_bench.batch_native" in only.split(","):
-        exts.append(Extension("spark_bench.batch_native",
-                              [os.path.join(HERE, "spark_bench", "batch_native.pyx")],
-                              include_dirs=[numpy.get_include()], define_macros=macros,
-                              extra_compile_args=args))
     directives = {"language_level": 3, "embedsignature": True,
                   "boundscheck": DEBUG, "wraparound": DEBUG, "linetrace": DEBUG,
                   "initializedcheck": DEBUG}
@@ -83,18 +75,6 @@ class ParallelBuildExt(build_ext):
         super().finalize_options()
         if self.parallel is None:
             self.parallel = os.cpu_count() or 1
-        if not self.inplace:             # a wheel: spark_bench is not part of it
-            self.extensions = [e for e in self.extensions if not _is_spark_bench(e)]
-
-    def _get_inplace_equivalent(self, build_py, ext):
-        inplace, regular = super()._get_inplace_equivalent(build_py, ext)
-        if _is_spark_bench(ext):          # at the repository root, outside package-dir "src"
-            inplace = os.path.join(HERE, "spark_bench", os.path.basename(inplace))
-        return inplace, regular
-
-
-def _is_spark_bench(ext) -> bool:
-    return ext.name.startswith("spark_bench.")
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuildExt})

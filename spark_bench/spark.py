@@ -7,8 +7,7 @@ site-packages when it is pip-installed).
 
 Cluster mode (any other master): every node needs groupcoord installed (it is a compiled
 extension: ``pip install groupcoord`` or a packed environment through ``spark.archives``),
-and spark_bench is shipped to the executors as a zip with ``sc.addPyFile``, its native module
-(batch_native, built in place by setup.py) with ``sc.addFile`` (both done here).
+and spark_bench is shipped to the executors as a zip with ``sc.addPyFile`` (done here).
 """
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ def session(master: str = "local[*]", driver_memory: str = "4g", app: str = "spa
 
 
 def ship_package(spark) -> str:
-    """Zip spark_bench and add it to every executor's path, and ship its native module
-    (cluster mode)."""
+    """Zip spark_bench and add it to every executor's path (cluster mode)."""
     buf = io.BytesIO()
     pkg = os.path.join(REPO, "spark_bench")
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -85,9 +83,6 @@ def ship_package(spark) -> str:
     with open(path, "wb") as fh:
         fh.write(buf.getvalue())
     spark.sparkContext.addPyFile(path)
-    # A zip cannot hold an importable extension module: spark_bench.batch loads it from here.
-    from spark_bench import batch_native
-    spark.sparkContext.addFile(batch_native.__file__)
     return path
 
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from spark_bench import batch as B
+from groupcoord.assign import batch as B
 from groupcoord.assign import client as CL
 from groupcoord.assign import connect as CN
 from groupcoord.assign import consumer as CS
@@ -417,7 +417,6 @@ def test_cli_writes_table_and_plot(spark, tmp_path, capsys):
     assert "downtime" in out and "speed-up" in out
 
 
-@pytest.mark.integration          # a child process
 def test_cli_help():
     import subprocess
     r = subprocess.run([sys.executable, "-m", "spark_bench", "--help"], capture_output=True,

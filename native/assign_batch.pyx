@@ -2,8 +2,6 @@
 # cython: initializedcheck=False, cdivision=True
 """Batched forms of the assignors and owner-array kernels: many groups per call.
 
-spark_bench's own native module (setup.py builds it into spark_bench/; docs/spark-bench.md).
-
 Layout (docs/spark-bench.md, "Batched native API"; the data model is docs/assign.md):
 the groups of a batch are concatenated. Group g owns
   * units     unit_off[g] .. unit_off[g+1]-1 of every per-unit array (owner, current, ...),
@@ -533,7 +531,7 @@ def validate_many(const i32[::1] owner, const i64[::1] unit_off, const i64[::1] 
     """The seed's validation per group on owner arrays (int64[G, 2]): required units left
     unassigned, and owners that are not a member of the group (out of range). Duplicates
     cannot occur in an owner array; for per-member lists use groupcoord.assign.validate on the
-    globalized CSR (spark_bench.batch.validate_lists)."""
+    globalized CSR (groupcoord.assign.batch.validate_lists)."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1, g
     _check_offsets(unit_off, G, owner.shape[0], "unit")
     _check_offsets(member_off, G, member_off[G], "member")

@@ -1,8 +1,6 @@
-"""Batched assignment engine of the Spark harness: many groups per call, the loop over groups
-in C (spark_bench/batch_native.pyx, built by setup.py into this directory). It lives here, not
-in groupcoord, because nothing but this benchmark assigns many groups at once (the coordinator
-and the SDK assign one group per request) and half of it is the harness's own simulator and
-metrics (docs/decisions.md, "Batched assignment lives in spark_bench").
+"""Batched assignment engine: many groups per call, the loop over groups in C
+(native/assign_batch.pyx). Used by the Spark harness (spark_bench) and by anyone assigning
+thousands of small groups at once.
 
 Layout (docs/spark-bench.md, "Batched native API"; the data model is docs/assign.md):
 the groups are concatenated; *offsets* say where each group's slice starts. Group ``g`` owns
@@ -24,38 +22,12 @@ Unit offsets are derived: :func:`consumer_unit_off` (partitions per group) and
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import numpy as np
 
+from groupcoord._native import assign_batch as _b
 from groupcoord.assign import kernels as _kernels
-
-
-def _shipped_native(err: ImportError):
-    """Cluster mode: spark_bench reached this executor as a zip (an extension module cannot be
-    imported from one) and its native module as a file of its own (spark.ship_package)."""
-    import importlib.util
-    import sysconfig
-    try:
-        from pyspark import SparkFiles
-    except ImportError:
-        raise err from None
-    if not SparkFiles._is_running_on_worker:
-        raise err                       # not built here: python setup.py build_ext --inplace
-    path = SparkFiles.get("batch_native" + sysconfig.get_config_var("EXT_SUFFIX"))
-    spec = importlib.util.spec_from_file_location("spark_bench.batch_native", path)
-    if spec is None or not os.path.exists(path):
-        raise err
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-try:
-    from spark_bench import batch_native as _b
-except ImportError as _err:
-    _b = _shipped_native(_err)
 
 __all__ = [
     "consumer_unit_off", "connect_unit_off", "offsets",
@@ -251,7 +223,7 @@ def validate_lists(owner, unit_off, member_off, required=None):
 
 def reconcile_round_many(*args, **kw):
     """One heartbeat round of KIP-848 declarative reconciliation in every group; see the
-    kernel's docstring (spark_bench.batch_native.reconcile_round_many) and
+    kernel's docstring (groupcoord._native.assign_batch.reconcile_round_many) and
     spark_bench.simulate, which owns the state arrays."""
     return _b.reconcile_round_many(*args, **kw)
 
