@@ -205,7 +205,7 @@ def kafka_rules_only():
 
 def revoked_keeps_epoch():
     # BUG: the epoch stays where it was until the last revocation is acknowledged.
-    return _patched((consumer, "_revoked_moves_epoch", lambda cur, nxt, target_epoch: nxt))
+    return _patched((reconcile, "revoked_moves_epoch", lambda cur, nxt, target_epoch: nxt))
 
 
 MUTATIONS = {

@@ -809,12 +809,3 @@ def _replay_prepared(shard, ev, _):
     g = shard.groups.get(ev.group_id)
     if g is not None:
         g.prepared = ev
-
-
-def _replay_unconfirmed(shard, ev, _):
-    g = shard.groups.get(ev.group_id)
-    if isinstance(g, ConnectGroup):
-        if ev.unconfirmed:
-            g.unconfirmed.add(ev.member_id)
-        else:
-            g.unconfirmed.discard(ev.member_id)

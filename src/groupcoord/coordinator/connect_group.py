@@ -11,14 +11,13 @@ from collections import Counter
 from typing import NamedTuple, Optional
 
 from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.group import Group
+from groupcoord.coordinator.modern import ModernGroup, Unconfirmed, described_member
 from groupcoord.coordinator.records import Record
 from groupcoord.coordinator.result import Result, TimerKey, Volatile
 from groupcoord.coordinator.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
                                             CONNECT_REVOCATION, CONNECT_SESSION)
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
-from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["ConnectGroup", "ChooseWorker", "Prepared", "Unconfirmed", "select_assignor",
            "worker_tombstones", "uses_classic", "SESSION", "REVOCATION", "ASSIGNMENT",
@@ -74,15 +73,7 @@ class Prepared(Volatile, frozen=True, gc=False):
         return member_id
 
 
-class Unconfirmed(Volatile, frozen=True, gc=False):
-    """A worker was answered an assignment it has not confirmed yet (unconfirmed=True), or it
-    has now reported exactly its assignment as owned (False). See _join_or_heartbeat."""
-    group_id: str
-    member_id: str
-    unconfirmed: bool
-
-
-class ConnectGroup(Group):
+class ConnectGroup(ModernGroup):
     TYPE = "connect"
 
     def __init__(self, group_id: str):
@@ -148,40 +139,14 @@ class ConnectGroup(Group):
         """External identity of units: sorted (connector, task id or -1 for the connector)."""
         return tuple(sorted((self._cname[i], sub - 1) for i, sub in map(rc.unit_parts, units)))
 
-    # ---- Group interface
-    def state_name(self) -> str:
-        if not self.members:
-            return "Empty"
-        if self.epoch > self.target_epoch:
-            return "Assigning"
-        for a in self.current.values():
-            if a.epoch != self.target_epoch or a.state != rc.STABLE:
-                return "Reconciling"
-        return "Stable"
+    # ---- ModernGroup (state names, offset validation: modern.py). No commit rule of the
+    # protocol: a classic worker is checked by epoch too, and without
+    # reconcile.revoked_moves_epoch (see there) a worker keeps its epoch while it revokes.
+    def assignment_of(self, member_id) -> Optional[rc.MemberAssignment]:
+        return self.current.get(member_id or "")
 
-    def protocol_type(self) -> str:
-        return "connect"
-
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
-        if generation_or_epoch < 0 and not self.members:
-            return 0                      # an admin commit to an empty group
-        cur = self.current.get(member_id or "")
-        if cur is None:
-            return int(E.UNKNOWN_MEMBER_ID)
-        if generation_or_epoch != cur.epoch:
-            return int(E.STALE_MEMBER_EPOCH)
-        return 0
-
-    def validate_offset_fetch(self, member_id, member_epoch):
-        if member_id is None:
-            return 0
-        cur = self.current.get(member_id)
-        if cur is None:
-            return int(E.UNKNOWN_MEMBER_ID)
-        return 0 if member_epoch == cur.epoch else int(E.STALE_MEMBER_EPOCH)
+    def assignments(self):
+        return self.current.values()
 
     def rearm(self, now_ms: int) -> list:
         ops = []
@@ -270,13 +235,8 @@ class ConnectGroup(Group):
                 config_offset=self.config_offset, assignment=_ctl(self, a.assigned),
                 revoked=_ctl(self, a.pending_revocation) if version >= 1 else None,
                 delay=0), version)
-            members.append(m.DescribeGroupsResponseDescribedGroupMember(
-                member_id=mid, group_instance_id=meta.instance_id, client_id=meta.client_id,
-                client_host=meta.client_host, member_metadata=metadata,
-                member_assignment=assignment))
-        return m.DescribeGroupsResponseDescribedGroup(
-            error_code=0, group_id=self.group_id, group_state=self.state_name(),
-            protocol_type="connect", protocol_data=name or "", members=members)
+            members.append(described_member(mid, meta, metadata, assignment))
+        return self.described(name or "", members)
 
 
 # ----------------------------------------------------------------------------- records

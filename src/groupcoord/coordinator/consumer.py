@@ -45,15 +45,15 @@ import msgspec
 import numpy as np
 
 from groupcoord.assign import consumer as assignors
-from groupcoord.coordinator import classic, group_config, ids, migration
+from groupcoord.coordinator import classic, group_config, ids, migration, reconcile
 from groupcoord.coordinator.errors import Reject
-from groupcoord.coordinator.group import Group
+from groupcoord.coordinator.modern import ModernGroup, Unconfirmed, described_member
 from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
                                               next_assignment, split_units,
                                               units_of_index, update_holders)
 from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import EMPTY, Result, TimerKey, Volatile
+from groupcoord.coordinator.result import EMPTY, Result, TimerKey
 from groupcoord.coordinator.timers import (CONSUMER_ASSIGNMENT as ASSIGNMENT_TIMER,
                                             CONSUMER_REVOCATION as REVOCATION_TIMER,
                                             CONSUMER_SESSION as SESSION_TIMER)
@@ -88,14 +88,6 @@ _E = ErrorCode
 
 
 # ====================================================================== state
-class Unconfirmed(Volatile, frozen=True, gc=False):
-    """A member was answered an assignment it has not confirmed yet (unconfirmed=True), or it
-    has now reported exactly its assignment as owned (False). See heartbeat_response."""
-    group_id: str
-    member_id: str
-    unconfirmed: bool
-
-
 class Member:
     """One member: its metadata record value, its current assignment, its session timer key.
     Changed only by replay."""
@@ -108,7 +100,7 @@ class Member:
         self.session_key = TimerKey(SESSION_TIMER, group_id, member_id)
 
 
-class ConsumerGroup(Group):
+class ConsumerGroup(ModernGroup):
     TYPE = "consumer"
 
     def __init__(self, group_id: str, config):
@@ -188,49 +180,23 @@ class ConsumerGroup(Group):
         if meta.subscribed_topic_regex:
             _add(self.regex_counts, meta.subscribed_topic_regex, sign)
 
-    # ---------------------------------------------------------------- Group interface
-    def state_name(self) -> str:
-        if not self.members:
-            return "Empty"
-        if self.epoch > self.target_epoch:
-            return "Assigning"
-        te = self.target_epoch
-        for mem in self.members.values():
-            a = mem.a
-            if a.state != STABLE or a.epoch != te:
-                return "Reconciling"
-        return "Stable"
-
-    def protocol_type(self) -> str:
-        return "consumer"
-
-    def is_empty(self) -> bool:
-        return not self.members
-
-    def validate_offset_commit(self, member_id, instance_id, generation_or_epoch, version):
-        if generation_or_epoch < 0 and not self.members:
-            return 0                   # admin tool or simple consumer, group empty
+    # ---------------------------------------------------------------- ModernGroup
+    # (state names, offset validation: modern.py)
+    def assignment_of(self, member_id) -> Optional[MemberAssignment]:
         mem = self.members.get(member_id)
-        if mem is None:
-            return int(_E.UNKNOWN_MEMBER_ID)
+        return None if mem is None else mem.a
+
+    def assignments(self):
+        return (mem.a for mem in self.members.values())
+
+    def commit_protocol_error(self, member_id, epoch, version):
+        mem = self.members[member_id]
         if mem.meta.classic_member_metadata is not None:
             # A classic member commits with its generation (= member epoch), any version.
-            return int(_E.ILLEGAL_GENERATION) if generation_or_epoch != mem.a.epoch else 0
+            return int(_E.ILLEGAL_GENERATION) if epoch != mem.a.epoch else 0
         if version < 9:
             return int(_E.UNSUPPORTED_VERSION)
-        if generation_or_epoch != mem.a.epoch:
-            return int(_E.STALE_MEMBER_EPOCH)
-        return 0
-
-    def validate_offset_fetch(self, member_id, member_epoch):
-        if member_id is None and member_epoch < 0:
-            return 0
-        mem = self.members.get(member_id)
-        if mem is None:
-            return int(_E.UNKNOWN_MEMBER_ID)
-        if member_epoch != mem.a.epoch:
-            return int(_E.STALE_MEMBER_EPOCH)
-        return 0
+        return None
 
     def rearm(self, now_ms: int) -> list:
         ops = []
@@ -339,14 +305,8 @@ class ConsumerGroup(Group):
                 assigned_partitions=[
                     m.ConsumerProtocolAssignmentTopicPartition(topic=n, partitions=ps)
                     for n, ps in by_topic(a.assigned)]), version)
-            members.append(m.DescribeGroupsResponseDescribedGroupMember(
-                member_id=mid, group_instance_id=meta.instance_id, client_id=meta.client_id,
-                client_host=meta.client_host, member_metadata=metadata,
-                member_assignment=assignment))
-        return m.DescribeGroupsResponseDescribedGroup(
-            error_code=0, group_id=self.group_id, group_state=self.state_name(),
-            protocol_type="consumer", protocol_data=self.preferred_assignor(),
-            members=members)
+            members.append(described_member(mid, meta, metadata, assignment))
+        return self.described(self.preferred_assignor(), members)
 
 
 class _Subscribed:
@@ -733,7 +693,8 @@ class Plan(GroupTx):
         cur = self.assignment(mid)
         nxt = next_assignment(cur, self.target_epoch, self.target(mid) or EMPTY_SET, owned,
                               self.holders(), mid)
-        nxt = _revoked_moves_epoch(cur, nxt, self.target_epoch)
+        # Through the module: the simulation's mutation revoked-keeps-epoch patches it there.
+        nxt = reconcile.revoked_moves_epoch(cur, nxt, self.target_epoch)
         self.put_assignment(mid, nxt)
         key = _revocation_key(self.group_id, mid)
         if nxt.state == UNREVOKED:
@@ -742,20 +703,6 @@ class Plan(GroupTx):
         elif cur.state == UNREVOKED:
             self.timers.append((key, None))
         return cur, nxt
-
-
-def _revoked_moves_epoch(cur: MemberAssignment, nxt: MemberAssignment,
-                         target_epoch: int) -> MemberAssignment:
-    """Kafka's CurrentAssignmentBuilder: a member that has revoked what was pending moves to
-    the next epoch (min(epoch + 1, target epoch)), also when the target moved meanwhile and it
-    must now revoke more (reconcile.next_assignment keeps its epoch then). The epoch is what
-    tells the member's late requests from its live ones: kept, a commit it sent before it
-    released those partitions, arriving late, passes the epoch check and overwrites the
-    offsets of their new owner (simulation finding 11, seed 1006657)."""
-    if (cur.state == UNREVOKED and nxt.state == UNREVOKED and nxt != cur
-            and 0 <= cur.epoch < target_epoch):
-        return nxt._replace(epoch=cur.epoch + 1, previous_epoch=cur.epoch)
-    return nxt
 
 
 def _delta(plan: Plan, meta, sign: int) -> None:
@@ -1335,15 +1282,6 @@ def _replay_target_metadata(shard, key, value) -> None:
     g = _group(shard, key.group_id, value is not None)
     if g is not None:
         g.target_epoch = 0 if value is None else value.assignment_epoch
-
-
-def _replay_unconfirmed(shard, ev, _) -> None:
-    g = shard.groups.get(ev.group_id)
-    if isinstance(g, ConsumerGroup) and ev.member_id in g.members:
-        if ev.unconfirmed:
-            g.unconfirmed.add(ev.member_id)
-        else:
-            g.unconfirmed.discard(ev.member_id)
 
 
 def _replay_current_assignment(shard, key, value) -> None:

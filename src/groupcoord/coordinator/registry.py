@@ -13,7 +13,7 @@ that have a handler.
 """
 from __future__ import annotations
 
-from groupcoord.coordinator import admin, classic, connect, consumer, offsets, routing
+from groupcoord.coordinator import admin, classic, connect, consumer, modern, offsets, routing
 from groupcoord.coordinator.record_types import RecordType as RT
 from groupcoord.protocol import api_keys as K
 
@@ -75,10 +75,9 @@ REPLAYERS = {
     classic.MemberRemoved: classic._replay_event,
     classic.JoinCompleted: classic._replay_event,
     classic.SyncReceived: classic._replay_event,
-    consumer.Unconfirmed: consumer._replay_unconfirmed,
+    modern.Unconfirmed: modern._replay_unconfirmed,    # consumer and connect groups
     connect.ChooseWorker: connect._replay_choose,
     connect.Prepared: connect._replay_prepared,
-    connect.Unconfirmed: connect._replay_unconfirmed,
 }
 
 TIMER_KINDS = {
