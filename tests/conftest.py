@@ -57,6 +57,7 @@ FILE_TIERS = {
     "test_coord_registry.py": "unit",
     "test_coord_retention.py": "unit",
     "test_doc_blocks.py": "integration",
+    "test_doc_references.py": "unit",
     "test_error_codes.py": "unit",
     "test_framing.py": "unit",
     "test_golden.py": "unit",
