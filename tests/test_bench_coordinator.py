@@ -5,12 +5,16 @@ import os
 import subprocess
 import sys
 
+from serve_proc import package_root
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_bench_coordinator_small_run_converges(tmp_path):
     out = tmp_path / "report.md"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    # The groupcoord this test imported (src/ in a checkout, site-packages when installed).
+    old = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=package_root() + (os.pathsep + old if old else ""))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_coordinator.py"),
                         "--members", "200", "--partitions", "2000", "--seconds", "0.05",
                         "--join-members", "50", "--join-partitions", "500",
