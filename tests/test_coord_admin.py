@@ -6,6 +6,8 @@ resources of DescribeConfigs / IncrementalAlterConfigs. The expectations are Kaf
 GroupMetadataManager.listGroups/describeGroups, GroupConfig.validate, ConfigHelper)."""
 import pytest
 
+from coord_drivers import classic_join, classic_leave, committed, connect_hb
+import coord_drivers as drivers
 from coord_harness import Parked
 from groupcoord.coordinator import admin, consumer
 from groupcoord.coordinator.config import ShardConfig
@@ -33,45 +35,8 @@ def harness(coord, **cfg):
 
 # ------------------------------------------------------------------------------ drivers
 def commit(h, group, parts, gen=-1, member="", version=8):
-    by_topic = {}
-    for (t, p), off in parts.items():
-        by_topic.setdefault(t, []).append(m.OffsetCommitRequestPartition(
-            partition_index=p, committed_offset=off, committed_metadata="md"))
-    resp = h.send(m.OffsetCommitRequest(
-        group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-        topics=[m.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
-        version)
-    assert all(p.error_code == 0 for t in resp.topics for p in t.partitions), resp
-
-
-def classic_join(h, group, *, topics=None, ptype="consumer", metadata=b"x", instance=None,
-                 assignment=b"A"):
-    """One member forms the classic group alone (Stable). -> (member id, generation)."""
-    if topics is not None:
-        metadata = embedded.encode_subscription(m.ConsumerProtocolSubscription(topics=topics))
-    req = m.JoinGroupRequest(group_id=group, session_timeout_ms=1_000_000,
-                             rebalance_timeout_ms=10_000, member_id="",
-                             group_instance_id=instance, protocol_type=ptype,
-                             protocols=[m.JoinGroupRequestProtocol(name="range",
-                                                                   metadata=metadata)])
-    r = h.send(req, 5)
-    if not isinstance(r, Parked) and r.error_code == E.MEMBER_ID_REQUIRED:
-        req.member_id = r.member_id
-        r = h.send(req, 5)
-    if isinstance(r, Parked):
-        h.advance(0)
-        r = h.completion(r)
-    assert r.error_code == 0, r
-    s = h.send(m.SyncGroupRequest(group_id=group, generation_id=r.generation_id,
-                                  member_id=r.member_id,
-                                  assignments=[m.SyncGroupRequestAssignment(
-                                      member_id=r.member_id, assignment=assignment)]), 3)
-    assert s.error_code == 0
-    return r.member_id, r.generation_id
-
-
-def classic_leave(h, group, member):
-    assert h.send(m.LeaveGroupRequest(group_id=group, member_id=member), 1).error_code == 0
+    codes = drivers.commit(h, group, parts, gen, member, version, metadata="md")
+    assert not any(codes.values()), codes
 
 
 def consumer_hb(h, group, member, epoch, names=None, regex=None):
@@ -82,22 +47,6 @@ def consumer_hb(h, group, member, epoch, names=None, regex=None):
         topic_partitions=[] if epoch == 0 else None), 1)
     assert r.error_code == 0, r
     return r
-
-
-def connect_hb(h, group, member, epoch):
-    kw = {}
-    if epoch == 0:
-        kw = dict(rebalance_timeout_ms=10_000, client_assignors=[
-            m.ConnectGroupHeartbeatRequestAssignor(name="incremental-cooperative",
-                                                   minimum_version=0, maximum_version=1,
-                                                   version=1)],
-            config_state=m.ConnectGroupHeartbeatRequestConfigState(
-                config_offset=1, connectors=[m.ConnectGroupHeartbeatRequestConnectorConfig(
-                    name="A", task_count=1)]))
-    r = h.send(m.ConnectGroupHeartbeatRequest(group_id=group, member_id=member,
-                                              member_epoch=epoch, **kw))
-    assert r.error_code in (0, E.COMPUTE_ASSIGNMENT), r
-    return r.member_epoch
 
 
 def delete_groups(h, *groups, version=2) -> list:
@@ -113,10 +62,6 @@ def offset_delete(h, group, parts):
         for t, ps in parts.items()]), 0)
     return r.error_code, {(t.name, p.partition_index): p.error_code
                           for t in r.topics for p in t.partitions}
-
-
-def committed(h, group) -> set:
-    return set(h.shard.offsets.get(group, {}))
 
 
 def listed(h, version=5, states=(), types=()):

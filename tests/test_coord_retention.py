@@ -10,14 +10,14 @@ import random
 
 import pytest
 
-from coord_harness import Parked
+from coord_drivers import classic_leave, commit, committed, connect_hb
+import coord_drivers as drivers
 from groupcoord.coordinator import connect, offsets
 from groupcoord.coordinator.config import ShardConfig
 from groupcoord.coordinator.records import decode_record, encode_record
 from groupcoord.coordinator.result import TimerKey
 from groupcoord.coordinator.shard import Shard
 from groupcoord.coordinator.topics import TopicCatalog
-from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
@@ -37,24 +37,6 @@ def harness(coord, **cfg):
     h = coord(config=ShardConfig(**kw), topics=TOPICS)
     h.shard.rearm(h.now)
     return h
-
-
-def commit(h, group, parts, gen=-1, member="", version=8, retention=-1):
-    """parts: {(topic, partition): offset}; -> {(topic, partition): error code}."""
-    by_topic = {}
-    for (t, p), off in parts.items():
-        by_topic.setdefault(t, []).append(m.OffsetCommitRequestPartition(
-            partition_index=p, committed_offset=off, committed_metadata="m"))
-    resp = h.send(m.OffsetCommitRequest(
-        group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-        retention_time_ms=retention,
-        topics=[m.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
-        version)
-    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
-
-
-def committed(h, group) -> set:
-    return set(h.shard.offsets.get(group, {}))
 
 
 def advance_to(h, t):
@@ -80,30 +62,8 @@ def compacted_replay(h) -> Shard:
 
 # ------------------------------------------------------------------------------ members
 def classic_join(h, group, topics=None, ptype="consumer", metadata=b"x"):
-    """One member forms the classic group alone; its metadata is a consumer subscription of
-    ``topics`` when given. -> (member id, generation)."""
-    if topics is not None:
-        metadata = embedded.encode_subscription(m.ConsumerProtocolSubscription(topics=topics))
-    r = h.send(m.JoinGroupRequest(group_id=group, session_timeout_ms=LONG,
-                                  rebalance_timeout_ms=10_000, member_id="",
-                                  protocol_type=ptype,
-                                  protocols=[m.JoinGroupRequestProtocol(name="range",
-                                                                        metadata=metadata)]),
-               3)
-    if isinstance(r, Parked):
-        h.advance(0)
-        r = h.completion(r)
-    assert r.error_code == 0, r
-    s = h.send(m.SyncGroupRequest(group_id=group, generation_id=r.generation_id,
-                                  member_id=r.member_id,
-                                  assignments=[m.SyncGroupRequestAssignment(
-                                      member_id=r.member_id, assignment=b"")]), 3)
-    assert s.error_code == 0
-    return r.member_id, r.generation_id
-
-
-def classic_leave(h, group, member):
-    assert h.send(m.LeaveGroupRequest(group_id=group, member_id=member), 1).error_code == 0
+    return drivers.classic_join(h, group, topics=topics, ptype=ptype, metadata=metadata,
+                                assignment=b"", session_timeout_ms=LONG)
 
 
 def consumer_hb(h, group, member, epoch, names=(), regex=None):
@@ -116,23 +76,6 @@ def consumer_hb(h, group, member, epoch, names=(), regex=None):
     return r.member_epoch
 
 
-def connect_hb(h, group, member, epoch):
-    kw = {}
-    if epoch == 0:
-        kw = dict(rebalance_timeout_ms=10_000, client_assignors=[
-            m.ConnectGroupHeartbeatRequestAssignor(name="incremental-cooperative",
-                                                   minimum_version=0, maximum_version=1,
-                                                   version=1)],
-            config_state=m.ConnectGroupHeartbeatRequestConfigState(
-                config_offset=1, connectors=[m.ConnectGroupHeartbeatRequestConnectorConfig(
-                    name="A", task_count=1)]))
-    r = h.send(m.ConnectGroupHeartbeatRequest(group_id=group, member_id=member,
-                                              member_epoch=epoch, **kw))
-    assert r.error_code in (0, E.COMPUTE_ASSIGNMENT), r
-    return r.member_epoch
-
-
-# ------------------------------------------------------------------------------ timer
 def test_the_check_is_armed_after_load_and_rearms_itself(coord):
     h = harness(coord)
     assert h.shard.timers.get(KEY) == I
