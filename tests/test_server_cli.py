@@ -206,7 +206,7 @@ def test_an_unwritable_data_dir_or_parent_is_one_line(tmp_path):
     """Covers what permission bits deny: a mode-0555 directory (existing data dir, and the
     parent of a missing one). As root the child runs without CAP_DAC_OVERRIDE (see
     _no_dac_override) so the bits bind it as they bind any user; if that cannot be arranged
-    here the test says so and skips. Not covered: read-only mounts and full disks, which
+    here the test fails saying so. Not covered: read-only mounts and full disks, which
     take the same path (the startup write probe, then the catch-all one-line OSError)."""
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -215,9 +215,9 @@ def test_an_unwritable_data_dir_or_parent_is_one_line(tmp_path):
         probe = subprocess.run([sys.executable, "-c", "open(%r, 'w')" % str(ro / "probe")],
                                capture_output=True, text=True, timeout=60,
                                preexec_fn=_no_dac_override)
-        if probe.returncode == 0:
-            pytest.skip("cannot make a directory unwritable for the child here (root with "
-                        "CAP_DAC_OVERRIDE that could not be dropped)")
+        assert probe.returncode != 0, (
+            "a mode-0555 directory was writable for the child: it runs as root and "
+            "CAP_DAC_OVERRIDE could not be dropped, so this test cannot check what it claims")
         assert "PermissionError" in probe.stderr, probe.stderr
         _one_error_line(_serve_once("--data-dir", str(ro), preexec_fn=_no_dac_override),
                         "data directory %s is not writable" % ro, "Permission denied")

@@ -9,6 +9,7 @@ where a member's current assignment lives (``assignment_of``, ``assignments``).
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Optional
 
 from groupcoord.coordinator.group import Group
@@ -36,13 +37,13 @@ class ModernGroup(Group):
     unconfirmed: set
 
     # ---- where the type keeps a member's current assignment
+    @abstractmethod
     def assignment_of(self, member_id: Optional[str]) -> Optional[MemberAssignment]:
         """The member's current assignment; None for a member the group does not know."""
-        raise NotImplementedError
 
+    @abstractmethod
     def assignments(self):
         """Every member's current assignment."""
-        raise NotImplementedError
 
     def commit_protocol_error(self, member_id: str, epoch: int, version: int) -> Optional[int]:
         """An OffsetCommit rule of the member's protocol that decides before the epoch
