@@ -32,9 +32,9 @@ import time
 
 sys.setrecursionlimit(10000)
 
-from groupcoord.coordinator.shard import Shard  # noqa: E402
-from groupcoord.coordinator.topics import TopicCatalog  # noqa: E402
-from groupcoord.coordinator.result import is_durable  # noqa: E402
+from groupcoord.groups.shard import Shard  # noqa: E402
+from groupcoord.groups.topics import TopicCatalog  # noqa: E402
+from groupcoord.groups.result import is_durable  # noqa: E402
 from groupcoord.protocol import messages as m  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def consumer_records(group, n_members, topics, now):
     target installed and reconciled at epoch 1 (what the log holds after convergence)."""
     import numpy as np
     from groupcoord.assign.consumer import uniform
-    from groupcoord.coordinator.records import Record
+    from groupcoord.groups.records import Record
     names = [t.name for t in topics]
     mids = ["member-%06d" % i for i in range(n_members)]
     ppt = np.array([t.partitions for t in topics], dtype=np.int32)
@@ -126,7 +126,7 @@ def consumer_records(group, n_members, topics, now):
 
 def load(shard, recs, now) -> float:
     """Replay records through encode/decode as recovery does; -> records per second."""
-    from groupcoord.coordinator.records import decode_record, encode_record
+    from groupcoord.groups.records import decode_record, encode_record
     raw = [encode_record(r) for r in recs]
     t0 = time.perf_counter()
     for k, v in raw:
@@ -274,7 +274,7 @@ def main(argv=None):
     print("consumer no-op hb/s %.0f floor %.0f" % (hb, floor), file=sys.stderr)
 
     # --- full move: every topic re-created with a new id
-    from groupcoord.coordinator.topics import Topic, topic_id_for
+    from groupcoord.groups.topics import Topic, topic_id_for
     moved = TopicCatalog(Topic(t.name, topic_id_for(t.name + "#2"), t.partitions)
                          for t in topics)
     t0 = time.perf_counter()

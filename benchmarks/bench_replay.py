@@ -41,9 +41,9 @@ import sys
 import tempfile
 import time
 
-from groupcoord.coordinator.records import Record, decode_record, encode_record
-from groupcoord.coordinator.result import is_durable
-from groupcoord.coordinator.shard import Shard
+from groupcoord.groups.records import Record, decode_record, encode_record
+from groupcoord.groups.result import is_durable
+from groupcoord.groups.shard import Shard
 from groupcoord.protocol import messages as m
 from groupcoord.runtime.load import load_shard
 from groupcoord.storage import Log
@@ -102,7 +102,7 @@ def write_consumer_group(d, members, partitions):
     every durable record appended as its Result is applied (one batch per Result)."""
     sys.path.insert(0, HERE)
     import bench_coordinator as bc
-    from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+    from groupcoord.groups.topics import Topic, TopicCatalog, topic_id_for
     cat = bc.catalog(partitions, per_topic=max(1, partitions // 10))
     topics = list(cat)
     recs, clients = bc.consumer_records("big-group", members, topics, TS)

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.runtime import Coordinator, RuntimeConfig
 

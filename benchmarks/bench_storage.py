@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from groupcoord.coordinator.records import Record, decode_record, encode_record
+from groupcoord.groups.records import Record, decode_record, encode_record
 from groupcoord.protocol import messages as m
 from groupcoord.storage import Log
 from groupcoord.storage import batch as rb

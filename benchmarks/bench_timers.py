@@ -19,8 +19,8 @@ import argparse
 import heapq
 import time
 
-from groupcoord.coordinator.result import TimerKey
-from groupcoord.coordinator.timers import Timers
+from groupcoord.groups.result import TimerKey
+from groupcoord.groups.timers import Timers
 
 
 class LazyHeapTimers:

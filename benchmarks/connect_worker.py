@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from groupcoord.assign.connect import connect_units, incremental_cooperative, to_wire
-from groupcoord.coordinator.result import is_durable
+from groupcoord.groups.result import is_durable
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -141,7 +141,7 @@ def stable_records(group, n_workers, n_connectors, tasks_per):
     """The records of a stable connect group (what its log holds after convergence): every
     worker at epoch 1 holding its incremental-cooperative target. -> (records, WorkerSim
     factory taking the shard)."""
-    from groupcoord.coordinator.records import Record
+    from groupcoord.groups.records import Record
     names = ["connector-%06d" % c for c in range(n_connectors)]
     tc = [tasks_per] * n_connectors
     ids = ["worker-%06d" % i for i in range(n_workers)]

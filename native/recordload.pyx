@@ -6,7 +6,7 @@
 # every batch is checked whole (header, CRC32C, every record) before any of its records is
 # used, and a bad batch raises recordbatch.CorruptBatchError naming the file, position and
 # reason, as Log.read would. A coordinator record's key is an int16 record type then the key
-# fields, its value an int16 value version then the value fields (coordinator/records.py).
+# fields, its value an int16 value version then the value fields (groups/records.py).
 #
 # Records are decoded with the generated codecs' C decoders (codec.DataCodec.dec) over the
 # bytes of the segment, without a bytes object per field or record. Anything the fast path
@@ -255,7 +255,7 @@ def mark_last(object data, Py_ssize_t end, KeyIndex index, bytearray keep, Py_ss
 
 cdef class Plan:
     """How to decode each record type natively: the key codec, the lowest value version and
-    the value codecs by version (coordinator/records.py's table), and the record class."""
+    the value codecs by version (groups/records.py's table), and the record class."""
     cdef PyObject* key_codec[_TYPES]       # borrowed from self._refs; NULL = slow path
     cdef int lo[_TYPES]
     cdef int nver[_TYPES]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from groupcoord.coordinator.records import decode_record, encode_record
-from groupcoord.coordinator.result import ParkKey, is_durable
-from groupcoord.coordinator.shard import Shard
+from groupcoord.groups.records import decode_record, encode_record
+from groupcoord.groups.result import ParkKey, is_durable
+from groupcoord.groups.shard import Shard
 
 
 class Parked:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from groupcoord.coordinator.shard import Shard, error_response
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.shard import Shard, error_response
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol.error_codes import ErrorCode
 
 SERVED = frozenset((8, 9, 11, 12, 13, 14, 15, 16, 68, 69, 10000, 10001, 10002, 10003))

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import struct
 
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as M
 from groupcoord.server import Server, ServerConfig
 from server_double import CoordinatorDouble

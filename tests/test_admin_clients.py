@@ -1,6 +1,6 @@
 """Admin clients against `groupcoord serve`: kafka-python 3.0.12's KafkaAdminClient and
 confluent-kafka 2.16.1's AdminClient list, describe and delete groups of every type, list,
-alter and delete their offsets, and describe and alter group configs (coordinator/admin.py).
+alter and delete their offsets, and describe and alter group configs (groups/admin.py).
 
 Every confluent-kafka call runs in a child process that must exit 0: librdkafka used to abort
 at exit (an assertion in rd_kafka_q_destroy0) after an answer it did not expect. The groups'

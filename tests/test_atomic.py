@@ -20,11 +20,11 @@ import random
 import msgspec
 import pytest
 
-from groupcoord.coordinator import limits
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import Result, TimerKey
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import limits
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import Result, TimerKey
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime import Coordinator, RuntimeConfig

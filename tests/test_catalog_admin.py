@@ -1,7 +1,7 @@
 """The topic catalog's admin APIs (issue 17): DescribeCluster, CreatePartitions and
 DeleteTopics as node.py plans (Kafka's errors, ValidateOnly, the --allow-* gates and catalog
 limits) at every version; their persistence, failure and TimeoutMs (server/catalog.py); what a
-catalog change does to groups (coordinator/shard.py ``on_catalog_change`` through the
+catalog change does to groups (groups/shard.py ``on_catalog_change`` through the
 runtime's ``Coordinator.set_topics``): a KIP-848 group gets new partitions and loses deleted
 ones, a classic group is told to rebalance, a deleted topic's offsets go; and Produce's answer.
 Harness tests check purity and (the ``coord`` fixture) replay equality."""
@@ -12,10 +12,10 @@ import types
 import pytest
 
 import groupcoord.protocol as P
-from groupcoord.coordinator import classic
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.shard import on_catalog_change
-from groupcoord.coordinator.topics import (Topic, TopicCatalog, catalog_changes,
+from groupcoord.groups import classic
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.shard import on_catalog_change
+from groupcoord.groups.topics import (Topic, TopicCatalog, catalog_changes,
                                            deleted_topic_offsets, topic_id_for)
 from groupcoord.protocol import embedded
 from groupcoord.protocol.error_codes import ErrorCode as E

@@ -12,9 +12,9 @@ import pytest
 import groupcoord.protocol as P
 from groupcoord._native.commit_scan import (VERSIONS, offset_commit_error_frame,
                                             scan_offset_commit)
-from groupcoord.coordinator import limits, offsets
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.shard import error_response
+from groupcoord.groups import limits, offsets
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.shard import error_response
 from groupcoord.protocol.error_codes import ErrorCode as E
 from test_coord_offsets import classic_member, consumer_member
 

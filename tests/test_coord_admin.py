@@ -1,4 +1,4 @@
-"""Group admin APIs (coordinator/admin.py) through the pure harness (tests/coord_harness.py:
+"""Group admin APIs (groups/admin.py) through the pure harness (tests/coord_harness.py:
 every step is checked for purity, and every test ends with replay equality): DeleteGroups,
 OffsetDelete, ListGroups v4/v5 filters, DescribeGroups of every group type, and the GROUP
 resources of DescribeConfigs / IncrementalAlterConfigs. The expectations are Kafka 4's
@@ -9,12 +9,12 @@ import pytest
 from coord_drivers import classic_join, classic_leave, committed, connect_hb
 import coord_drivers as drivers
 from coord_harness import Parked
-from groupcoord.coordinator import admin, consumer
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import decode_record, encode_record
-from groupcoord.coordinator.result import TimerKey
-from groupcoord.coordinator.shard import Shard, error_response
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import admin, consumer
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import decode_record, encode_record
+from groupcoord.groups.result import TimerKey
+from groupcoord.groups.shard import Shard, error_response
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

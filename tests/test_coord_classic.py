@@ -11,12 +11,12 @@ import random
 import pytest
 
 from coord_harness import Parked
-from groupcoord.coordinator import classic
-from groupcoord.coordinator.classic import ClassicGroup
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.group import Group
-from groupcoord.coordinator.record_types import RecordType
-from groupcoord.coordinator.result import ParkKey
+from groupcoord.groups import classic
+from groupcoord.groups.classic import ClassicGroup
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.group import Group
+from groupcoord.groups.record_types import RecordType
+from groupcoord.groups.result import ParkKey
 from groupcoord.protocol import decode, encode
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -1055,8 +1055,8 @@ def test_recovery_of_empty_and_never_written_groups(client):
 
 
 def test_tombstone_removes_group():
-    from groupcoord.coordinator.records import Record
-    from groupcoord.coordinator.shard import Shard
+    from groupcoord.groups.records import Record
+    from groupcoord.groups.shard import Shard
     sh = Shard(strict=True)
     sh.replay(Record(m.GroupMetadataKey(group="g"), m.GroupMetadataValue(
         protocol_type="consumer", generation=4, protocol="range", leader="a",

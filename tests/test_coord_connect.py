@@ -1,4 +1,4 @@
-"""Connect worker groups (src/groupcoord/coordinator/connect.py; docs/coordinator-connect.md).
+"""Connect worker groups (src/groupcoord/groups/connect.py; docs/coordinator-connect.md).
 
 Every test drives a coordinator shard through the ``coord`` harness, which checks after each
 step that handlers did not mutate state and that no connector/task is held by two workers, and
@@ -13,11 +13,11 @@ import pytest
 
 from groupcoord.assign.connect import (LOST, IcaState, connect_units, incremental_cooperative,
                                        to_wire)
-from groupcoord.coordinator import connect
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import Result, TimerKey
+from groupcoord.groups import connect
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import Result, TimerKey
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

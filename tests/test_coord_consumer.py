@@ -1,4 +1,4 @@
-"""KIP-848 consumer group (coordinator/consumer.py) driven through the coordinator harness.
+"""KIP-848 consumer group (groups/consumer.py) driven through the coordinator harness.
 
 Every step is checked by the harness for handler purity and for no unit held by two members;
 every test ends with a replay-equality check (fresh shard from the durable log bytes).
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.group import Group
-from groupcoord.coordinator.reconcile import STABLE, UNRELEASED, UNREVOKED
-from groupcoord.coordinator.result import TimerKey, is_durable
-from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.group import Group
+from groupcoord.groups.reconcile import STABLE, UNRELEASED, UNREVOKED
+from groupcoord.groups.result import TimerKey, is_durable
+from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

@@ -2,12 +2,12 @@
 shard dispatch and error responses."""
 import pytest
 
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.ids import generated_id
-from groupcoord.coordinator.result import Result, TimerKey
-from groupcoord.coordinator.shard import Shard, error_response
-from groupcoord.coordinator.timers import Timers
-from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.ids import generated_id
+from groupcoord.groups.result import Result, TimerKey
+from groupcoord.groups.shard import Shard, error_response
+from groupcoord.groups.timers import Timers
+from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 

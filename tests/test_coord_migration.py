@@ -1,15 +1,15 @@
-"""Online migration between classic and consumer groups (coordinator/migration.py).
+"""Online migration between classic and consumer groups (groups/migration.py).
 
 Every step is checked by the harness for handler purity and for no partition held by two
 members; every test ends with a replay-equality check (fresh shard from the log bytes).
 """
 from coord_harness import Parked
 
-from groupcoord.coordinator.classic import ClassicGroup
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.consumer import ConsumerGroup
-from groupcoord.coordinator.reconcile import STABLE, UNRELEASED
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.classic import ClassicGroup
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.consumer import ConsumerGroup
+from groupcoord.groups.reconcile import STABLE, UNRELEASED
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

@@ -1,13 +1,13 @@
 """Online migration between classic Connect groups and connect worker groups
-(src/groupcoord/coordinator/migration_connect.py; docs/coordinator-migration.md "Connect groups").
+(src/groupcoord/groups/migration_connect.py; docs/coordinator-migration.md "Connect groups").
 
 Every step runs through the ``coord`` harness (purity, one holder per connector/task, replay of
 the durable log at teardown). Notation as test_coord_connect.py: AC0 = connector A, AT1/AT2 its
 tasks 0/1, BC0/BT1 connector B and its task 0.
 """
-from groupcoord.coordinator import connect
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.result import TimerKey
+from groupcoord.groups import connect
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.result import TimerKey
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -418,7 +418,7 @@ def test_incremental_workers_downgrade_to_what_they_hold(coord):
 
 
 def test_session_expiry_of_the_last_new_protocol_worker_downgrades(coord):
-    from groupcoord.coordinator.config import ShardConfig
+    from groupcoord.groups.config import ShardConfig
     h, w, ids = upgraded(coord, config=ShardConfig(connect_session_timeout_ms=8_000))
     before, epoch = held(h), g_(h).epoch
     for _ in range(4):                 # the classic workers heartbeat, N1 is silent

@@ -3,8 +3,8 @@ equality and purity of every step)."""
 import pytest
 
 from coord_harness import Parked
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

@@ -5,7 +5,7 @@ import os
 import re
 
 from groupcoord.codegen.schema import load_all
-from groupcoord.coordinator import registry
+from groupcoord.groups import registry
 from groupcoord.protocol import api_keys as K
 from groupcoord.runtime import coordinator as rt
 
@@ -39,8 +39,8 @@ def test_runtime_routes_exactly_the_registered_handlers():
 
 
 def test_every_record_type_and_volatile_event_has_a_replayer():
-    from groupcoord.coordinator.record_types import RecordType
-    from groupcoord.coordinator.result import Volatile
+    from groupcoord.groups.record_types import RecordType
+    from groupcoord.groups.result import Volatile
 
     def subclasses(cls):
         for c in cls.__subclasses__():

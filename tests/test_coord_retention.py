@@ -12,12 +12,12 @@ import pytest
 
 from coord_drivers import classic_leave, commit, committed, connect_hb
 import coord_drivers as drivers
-from groupcoord.coordinator import connect, offsets
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import decode_record, encode_record
-from groupcoord.coordinator.result import TimerKey
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import connect, offsets
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import decode_record, encode_record
+from groupcoord.groups.result import TimerKey
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

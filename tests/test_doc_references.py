@@ -6,7 +6,7 @@ docs for the forms below and fails on each one that does not resolve, with file 
 Forms checked (all in prose, tables and fenced blocks alike, except where said):
   paths      src/..., tests/..., benchmarks/..., native/..., spark_bench/..., examples/...,
              docs/..., .ci/... (backticked or not; `*` is a glob that must match something);
-             a package-relative coordinator/x.py, client/x.py, ... (under src/groupcoord).
+             a package-relative groups/x.py, client/x.py, ... (under src/groupcoord).
              Not checked: absolute paths (/tmp/..., a URL's path) and paths inside a ```text
              block that draws a layout (a tree of names, not a reference to this checkout).
   files      a backticked bare file name (`routing.py`, `krpc.pxd`, `pyproject.toml`) names
@@ -321,10 +321,10 @@ def test_the_checker_sees_references_and_catches_a_stale_one():
     # Each form resolves what exists and refuses what does not.
     assert check_path("tests/conftest.py") and not check_path("tests/no_such_file.py")
     assert check_code("limits.check_request") and check_code("limits.no_such_function") is False
-    assert check_code("groupcoord.coordinator.limits.check_request")
-    assert check_code("groupcoord.coordinator.limits.nope") is False
-    assert check_owned("coordinator/limits.py", "check_request")
-    assert check_owned("coordinator/limits.py", "nope") is False
+    assert check_code("groupcoord.groups.limits.check_request")
+    assert check_code("groupcoord.groups.limits.nope") is False
+    assert check_owned("groups/limits.py", "check_request")
+    assert check_owned("groups/limits.py", "nope") is False
     assert check_code("time.monotonic") is None and check_code("uuid.UUID") is None
 
 

@@ -92,8 +92,8 @@ def cycles(graph: dict) -> list:
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     # shard.py imports the registry at module level, which imports every group module.
-    assert "groupcoord.coordinator.registry" in graph["groupcoord.coordinator.shard"]
-    assert "groupcoord.coordinator.classic" in graph["groupcoord.coordinator.registry"]
+    assert "groupcoord.groups.registry" in graph["groupcoord.groups.shard"]
+    assert "groupcoord.groups.classic" in graph["groupcoord.groups.registry"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

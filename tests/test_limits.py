@@ -1,4 +1,4 @@
-"""Limits (coordinator/limits.py, docs/server.md "Limits"): every bound refuses with its error
+"""Limits (groups/limits.py, docs/server.md "Limits"): every bound refuses with its error
 and writes nothing; the catalog bounds of CreateTopics and startup; the settings' names."""
 import subprocess
 import sys
@@ -6,8 +6,8 @@ import sys
 import msgspec
 import pytest
 
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N

@@ -1,6 +1,6 @@
 """Every coordinator record type names key/value schemas that exist, at the versions given."""
 import groupcoord.protocol as P
-from groupcoord.coordinator.record_types import RECORD_SCHEMAS, RecordType
+from groupcoord.groups.record_types import RECORD_SCHEMAS, RecordType
 
 
 def test_record_types_map_to_schemas():

@@ -4,8 +4,8 @@ from hypothesis import given, settings
 import hypothesis.strategies as st
 
 import groupcoord.protocol as P
-from groupcoord.coordinator.record_types import RECORD_SCHEMAS, RecordType
-from groupcoord.coordinator.records import Record, decode_record, encode_record
+from groupcoord.groups.record_types import RECORD_SCHEMAS, RecordType
+from groupcoord.groups.records import Record, decode_record, encode_record
 from groupcoord.protocol import messages as M
 from schema_strategies import message_strategy
 

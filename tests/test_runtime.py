@@ -8,9 +8,9 @@ import msgspec
 import pytest
 import uvloop
 
-from groupcoord.coordinator import consumer
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import consumer
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime import Coordinator, RuntimeConfig, ShardState, java_string_hash, shard_for
@@ -370,7 +370,7 @@ def test_large_assignor_run_goes_off_loop_and_is_installed(run, tmp_path):
 
 
 def test_offloaded_result_is_dropped_when_the_epoch_moved():
-    from groupcoord.coordinator.shard import Shard
+    from groupcoord.groups.shard import Shard
     sh = Shard(ShardConfig(consumer_assignor_offload_partitions=1), TOPICS)
     res = sh.handle(cg_hb("g", "a", 0), 0, 1)
     [job] = res.offload

@@ -17,9 +17,9 @@ import sys
 import textwrap
 import time
 
-from groupcoord.coordinator.records import decode_record
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.records import decode_record
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.runtime import Coordinator, RuntimeConfig
 from groupcoord.storage import Log
@@ -28,7 +28,7 @@ GROUPS, PARTS = 12, 4
 
 CHILD = textwrap.dedent("""
     import asyncio, random, sys
-    from groupcoord.coordinator.topics import TopicCatalog
+    from groupcoord.groups.topics import TopicCatalog
     from groupcoord.protocol import messages as m
     from groupcoord.runtime import Coordinator, RuntimeConfig
 

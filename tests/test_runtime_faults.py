@@ -27,9 +27,9 @@ import sys
 
 import pytest
 
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime import RuntimeConfig, ShardState

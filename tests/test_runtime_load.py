@@ -14,8 +14,8 @@ import random
 import pytest
 
 import coord_harness
-from groupcoord.coordinator.records import Record, decode_record, encode_record
-from groupcoord.coordinator.shard import Shard
+from groupcoord.groups.records import Record, decode_record, encode_record
+from groupcoord.groups.shard import Shard
 from groupcoord.protocol import messages as m
 from groupcoord.runtime import load as load_mod
 from groupcoord.runtime.load import LoadStats, load_shard

@@ -19,12 +19,12 @@ import sys
 import textwrap
 import time
 
-from groupcoord.coordinator import offsets
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import decode_record
-from groupcoord.coordinator.result import TimerKey
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import offsets
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import decode_record
+from groupcoord.groups.result import TimerKey
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.runtime import Coordinator, RuntimeConfig
 from groupcoord.runtime.shard_runtime import wall_clock_ms
@@ -36,8 +36,8 @@ TOPICS = {"t": 2}
 
 CHILD = textwrap.dedent("""
     import asyncio, sys, time
-    from groupcoord.coordinator.config import ShardConfig
-    from groupcoord.coordinator.topics import TopicCatalog
+    from groupcoord.groups.config import ShardConfig
+    from groupcoord.groups.topics import TopicCatalog
     from groupcoord.protocol import messages as m
     from groupcoord.runtime import Coordinator, RuntimeConfig
 

@@ -12,8 +12,8 @@ from coord_harness import Harness
 
 from groupcoord.client.connect_member import ConnectMemberState
 from groupcoord.client.members_consumer_state import ConsumerMemberState
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import encode_request_frame
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

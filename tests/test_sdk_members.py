@@ -23,9 +23,9 @@ from groupcoord.client.members_classic_state import JoinedMember as ClassicJoine
 from groupcoord.client.members_consumer_state import (JOINING, LEFT, STABLE, UNJOINED,
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result)
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.reconcile import STABLE as MEMBER_STABLE, UNREVOKED
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.reconcile import STABLE as MEMBER_STABLE, UNREVOKED
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

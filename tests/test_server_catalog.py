@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
+from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.server.catalog import (CatalogError, CatalogStore, TopicSpec, load_topics_file,
                                        load_or_create_cluster_id, merge_topics, parse_topic_arg)
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import groupcoord.protocol as P
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.topics import topic_id_for
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.topics import topic_id_for
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore
 from server_client import WireClient

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import groupcoord.protocol as P
-from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.groups.topics import Topic, TopicCatalog, topic_id_for
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.flow import LOG_INTERVAL, SMALL_FRAME_BYTES, RequestBytesPool

@@ -3,7 +3,7 @@ encode (the codec is strict about fields a version cannot carry)."""
 import pytest
 
 import groupcoord.protocol as P
-from groupcoord.coordinator.topics import TopicCatalog, topic_id_for
+from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 

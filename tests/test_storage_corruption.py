@@ -29,7 +29,7 @@ from groupcoord.storage import Log
 from groupcoord.storage import batch as rb
 from groupcoord.storage.checkpoint import CHECKPOINT_NAME
 from groupcoord.storage.verify import analyze, verify_main
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.topics import TopicCatalog
 from serve_proc import RawClient, ServeProc
 
 SHARDS = 3

@@ -8,10 +8,10 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from coord_harness import Harness
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.records import decode_record, encode_record
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.records import decode_record, encode_record
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.storage import CorruptLogError, Log, segment_name
 from groupcoord.storage import batch as rb

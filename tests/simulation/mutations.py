@@ -49,9 +49,9 @@ import numpy as np
 
 from groupcoord.assign import client as client_assign
 from groupcoord.client import members_consumer_state as kst
-from groupcoord.coordinator import classic, connect, consumer, reconcile
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.tx import GroupTx
+from groupcoord.groups import classic, connect, consumer, reconcile
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.tx import GroupTx
 from groupcoord.runtime.shard_runtime import ShardRuntime
 
 __all__ = ["MUTATIONS"]

@@ -33,9 +33,9 @@ from typing import Optional
 
 import msgspec
 
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.shard import Shard
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.shard import Shard
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime.config import RuntimeConfig

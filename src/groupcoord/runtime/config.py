@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import msgspec
 
-from groupcoord.coordinator.config import ShardConfig
+from groupcoord.groups.config import ShardConfig
 
 __all__ = ["RuntimeConfig", "FSYNC_POLICIES"]
 

@@ -29,9 +29,9 @@ from typing import Callable, Optional
 
 import msgspec
 
-from groupcoord.coordinator.errors import error_response
-from groupcoord.coordinator.shard import on_catalog_change
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups.errors import error_response
+from groupcoord.groups.shard import on_catalog_change
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig

@@ -37,7 +37,7 @@ import time
 from typing import Callable, NamedTuple, Optional
 
 from groupcoord._native.recordload import KeyIndex, Plan, mark_last, replay_segment
-from groupcoord.coordinator.records import Record, decode_record, decode_table
+from groupcoord.groups.records import Record, decode_record, decode_table
 from groupcoord.storage.batch import (LENGTH_OVERHEAD, CorruptBatchError,
                                      TruncatedBatchError)
 

@@ -41,11 +41,11 @@ import logging
 import time
 from typing import Callable, Optional
 
-from groupcoord.coordinator import consumer
-from groupcoord.coordinator.records import encode_record
-from groupcoord.coordinator.result import TimerKey, Volatile
-from groupcoord.coordinator.shard import Shard, error_response
-from groupcoord.coordinator.topics import TopicCatalog
+from groupcoord.groups import consumer
+from groupcoord.groups.records import encode_record
+from groupcoord.groups.result import TimerKey, Volatile
+from groupcoord.groups.shard import Shard, error_response
+from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig

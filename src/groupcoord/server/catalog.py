@@ -25,7 +25,7 @@ in the file, so it survives a crash; a change whose write failed is answered
 KAFKA_STORAGE_ERROR and changed nothing. A deleted topic leaves the file; its id is derived
 from its name, so a topic created again under the name gets the same id (Kafka would give
 it a new one): what groups held of it was revoked and its committed offsets were deleted
-when it was deleted (coordinator/shard.py ``on_catalog_change``).
+when it was deleted (groups/shard.py ``on_catalog_change``).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from typing import Iterable, Optional
 
 import msgspec
 
-from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.groups.topics import Topic, TopicCatalog, topic_id_for
 from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["TopicSpec", "CatalogError", "CatalogStore", "parse_topic_arg", "load_topics_file",

@@ -55,8 +55,8 @@ from typing import Optional, Protocol
 
 from groupcoord._native.commit_scan import (VERSIONS as _SCAN_VERSIONS,
                                             offset_commit_error_frame, scan_offset_commit)
-from groupcoord.coordinator import offsets
-from groupcoord.coordinator.config import ShardConfig
+from groupcoord.groups import offsets
+from groupcoord.groups.config import ShardConfig
 from groupcoord.protocol import (DecodeError, EncodeError, FrameSplitter, FrameTooLargeError,
                                  ProtocolError, UnsupportedVersionError, decode_request_frame,
                                  encode_response_frame)

@@ -110,7 +110,7 @@ def add_serve_parser(sub):
     s.add_argument("--max-partitions", type=int, default=CatalogLimits().max_partitions,
                    help="partitions of all topics together the catalog may hold (default "
                         "%(default)s); as --max-topics")
-    from groupcoord.coordinator.config import ShardConfig
+    from groupcoord.groups.config import ShardConfig
     s.add_argument("--group-config", action="append", default=[], metavar="NAME=VALUE",
                    help="a group setting by its Kafka broker name (repeatable), e.g. "
                         "group.initial.rebalance.delay.ms=0 or "
@@ -127,7 +127,7 @@ def add_serve_parser(sub):
 
 def _kafka_name(field: str) -> str:
     """ShardConfig field -> Kafka's broker setting name (group.consumer.* for consumer_*)."""
-    from groupcoord.coordinator.config import KAFKA_UNITS
+    from groupcoord.groups.config import KAFKA_UNITS
     if field in KAFKA_UNITS:
         return KAFKA_UNITS[field][0]        # e.g. offsets.retention.minutes
     if field.startswith(("consumer_", "connect_")):
@@ -140,7 +140,7 @@ def _show(v) -> str:
 
 
 def _defaults(cls) -> list:
-    from groupcoord.coordinator.config import KAFKA_UNITS
+    from groupcoord.groups.config import KAFKA_UNITS
     d = cls()
     return [(f, getattr(d, f) // KAFKA_UNITS[f][1] if f in KAFKA_UNITS else getattr(d, f))
             for f in cls.__struct_fields__]
@@ -149,7 +149,7 @@ def _defaults(cls) -> list:
 def parse_group_config(items) -> "object":
     """['group.initial.rebalance.delay.ms=0', ...] -> ShardConfig; CatalogError if unknown."""
     import msgspec
-    from groupcoord.coordinator.config import KAFKA_UNITS, ShardConfig
+    from groupcoord.groups.config import KAFKA_UNITS, ShardConfig
     by_name = {}
     for f, v in _defaults(ShardConfig):
         by_name[_kafka_name(f)] = (f, v)

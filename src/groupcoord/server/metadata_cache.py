@@ -44,7 +44,7 @@ from typing import Optional
 
 import numpy as np
 
-from groupcoord.coordinator.topics import Topic, TopicCatalog
+from groupcoord.groups.topics import Topic, TopicCatalog
 from groupcoord.protocol import get_codec
 from groupcoord.protocol import messages as m
 from groupcoord.server import node as N

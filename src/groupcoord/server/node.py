@@ -21,8 +21,8 @@ import os
 from typing import Callable, NamedTuple, Optional
 
 from groupcoord.codegen.schema import load_all
-from groupcoord.coordinator.limits import validate_topic_name
-from groupcoord.coordinator.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.groups.limits import validate_topic_name
+from groupcoord.groups.topics import Topic, TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.api_keys import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
                                           DELETE_TOPICS, DESCRIBE_CLUSTER, FETCH,

@@ -18,10 +18,10 @@ This module sits above every group type, so no group module imports another one'
 """
 from __future__ import annotations
 
-from groupcoord.coordinator import classic, consumer_classic, migration_connect
-from groupcoord.coordinator.connect_group import ConnectGroup
-from groupcoord.coordinator.consumer import ConsumerGroup
-from groupcoord.coordinator.result import RequestContext, Result
+from groupcoord.groups import classic, consumer_classic, migration_connect
+from groupcoord.groups.connect_group import ConnectGroup
+from groupcoord.groups.consumer import ConsumerGroup
+from groupcoord.groups.result import RequestContext, Result
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple, Optional
 
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.modern import ModernGroup, Unconfirmed, described_member
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import Result, TimerKey, Volatile
-from groupcoord.coordinator.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.modern import ModernGroup, Unconfirmed, described_member
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import Result, TimerKey, Volatile
+from groupcoord.groups.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
                                             CONNECT_REVOCATION, CONNECT_SESSION)
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m

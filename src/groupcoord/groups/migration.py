@@ -36,12 +36,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.coordinator import classic
-from groupcoord.coordinator.errors import Reject
-from groupcoord.coordinator.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import ParkKey, TimerKey
-from groupcoord.coordinator.timers import CONSUMER_SESSION
+from groupcoord.groups import classic
+from groupcoord.groups.errors import Reject
+from groupcoord.groups.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import ParkKey, TimerKey
+from groupcoord.groups.timers import CONSUMER_SESSION
 from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.coordinator import classic, ids
-from groupcoord.coordinator.consumer import (SESSION_TIMER, Plan, Reject, check_group_size,
+from groupcoord.groups import classic, ids
+from groupcoord.groups.consumer import (SESSION_TIMER, Plan, Reject, check_group_size,
                                              ensure_target, replace_static_member, session_ms,
                                              update_member)
-from groupcoord.coordinator.migration import (CONSUMER_PROTOCOL_TYPE, chosen_protocol,
+from groupcoord.groups.migration import (CONSUMER_PROTOCOL_TYPE, chosen_protocol,
                                               classic_member_id, classic_meta, topic_name,
                                               uses_classic)
-from groupcoord.coordinator.reconcile import EMPTY_SET, STABLE, units_of_index
-from groupcoord.coordinator.result import Result, TimerKey
+from groupcoord.groups.reconcile import EMPTY_SET, STABLE, units_of_index
+from groupcoord.groups.result import Result, TimerKey
 from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

@@ -45,19 +45,19 @@ import msgspec
 import numpy as np
 
 from groupcoord.assign import consumer as assignors
-from groupcoord.coordinator import classic, group_config, ids, migration, reconcile
-from groupcoord.coordinator.errors import Reject
-from groupcoord.coordinator.modern import ModernGroup, Unconfirmed, described_member
-from groupcoord.coordinator.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
+from groupcoord.groups import classic, group_config, ids, migration, reconcile
+from groupcoord.groups.errors import Reject
+from groupcoord.groups.modern import ModernGroup, Unconfirmed, described_member
+from groupcoord.groups.reconcile import (EMPTY_SET, NEW_MEMBER, STABLE, UNREVOKED,
                                               MemberAssignment, check_member_epoch,
                                               next_assignment, split_units,
                                               units_of_index, update_holders)
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import EMPTY, Result, TimerKey
-from groupcoord.coordinator.timers import (CONSUMER_ASSIGNMENT as ASSIGNMENT_TIMER,
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import EMPTY, Result, TimerKey
+from groupcoord.groups.timers import (CONSUMER_ASSIGNMENT as ASSIGNMENT_TIMER,
                                             CONSUMER_REVOCATION as REVOCATION_TIMER,
                                             CONSUMER_SESSION as SESSION_TIMER)
-from groupcoord.coordinator.tx import GroupTx
+from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode

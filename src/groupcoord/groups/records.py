@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 from groupcoord._native.codec import get_data_codec
 from groupcoord._native.krpc import DecodeError, TruncatedError
-from groupcoord.coordinator.record_types import RECORD_SCHEMAS, RecordType
+from groupcoord.groups.record_types import RECORD_SCHEMAS, RecordType
 from groupcoord.protocol import messages
 
 _BY_KEY_CLASS = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from groupcoord.coordinator.result import ParkKey, Result, TimerKey
+from groupcoord.groups.result import ParkKey, Result, TimerKey
 
 __all__ = ["GroupTx"]
 

@@ -16,8 +16,8 @@ from typing import Iterable, Optional
 
 import msgspec
 
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import Result
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import Result
 from groupcoord.protocol import messages as m
 
 __all__ = ["Topic", "TopicCatalog", "topic_id_for", "catalog_changes",

@@ -45,7 +45,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096          # Kafka's offset.metadata.max.bytes
-    # Limits on what one request may make a shard store (coordinator/limits.py).
+    # Limits on what one request may make a shard store (groups/limits.py).
     # Kafka's message.max.bytes (1 MiB + 12): the largest record a write may produce, and the
     # largest batch of records one OffsetCommit may produce.
     message_max_bytes: int = 1_048_588

@@ -37,9 +37,9 @@ from __future__ import annotations
 from typing import Optional
 
 from groupcoord.assign import kernels
-from groupcoord.coordinator import classic, migration_connect
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.connect_group import (ASSIGNMENT, DELAYED, LEAVE, NO_TARGET,
+from groupcoord.groups import classic, migration_connect
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.connect_group import (ASSIGNMENT, DELAYED, LEAVE, NO_TARGET,
                                                   REVOCATION, SESSION, STATIC_LEAVE,
                                                   ChooseWorker, ConnectGroup, Prepared,
                                                   TargetEntry, Unconfirmed, _choose,
@@ -48,9 +48,9 @@ from groupcoord.coordinator.connect_group import (ASSIGNMENT, DELAYED, LEAVE, NO
                                                   _rec_member, _rec_target, _rec_target_meta,
                                                   _sigs, select_assignor,
                                                   validate_first_heartbeat, worker_tombstones)
-from groupcoord.coordinator.errors import Reject
-from groupcoord.coordinator.result import EMPTY, Result, TimerKey
-from groupcoord.coordinator.tx import GroupTx
+from groupcoord.groups.errors import Reject
+from groupcoord.groups.result import EMPTY, Result, TimerKey
+from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

@@ -50,18 +50,18 @@ from typing import Optional
 
 import msgspec
 
-from groupcoord.coordinator import ids, limits
-from groupcoord.coordinator.group import Group
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import EMPTY, ParkKey, RequestContext, Result, TimerKey, \
+from groupcoord.groups import ids, limits
+from groupcoord.groups.group import Group
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import EMPTY, ParkKey, RequestContext, Result, TimerKey, \
     Volatile
-from groupcoord.coordinator.timers import CLASSIC_JOIN, CLASSIC_SESSION, CLASSIC_SYNC
-from groupcoord.coordinator.tx import GroupTx
+from groupcoord.groups.timers import CLASSIC_JOIN, CLASSIC_SESSION, CLASSIC_SYNC
+from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-log = logging.getLogger("groupcoord.coordinator")
+log = logging.getLogger("groupcoord.groups")
 
 __all__ = ["ClassicGroup", "new_empty_group",
            "check_member", "EMPTY_STATE", "PREPARING", "COMPLETING", "STABLE", "DEAD",

@@ -31,9 +31,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from groupcoord.coordinator.errors import error_response
-from groupcoord.coordinator.records import encode_record
-from groupcoord.coordinator.result import RequestContext, Result
+from groupcoord.groups.errors import error_response
+from groupcoord.groups.records import encode_record
+from groupcoord.groups.result import RequestContext, Result
 from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode as E
 

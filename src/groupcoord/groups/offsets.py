@@ -54,11 +54,11 @@ from itertools import islice
 
 import msgspec
 
-from groupcoord.coordinator import classic, limits
-from groupcoord.coordinator.errors import error_response
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import RequestContext, Result, TimerKey, Volatile
-from groupcoord.coordinator.timers import OFFSETS_RETENTION
+from groupcoord.groups import classic, limits
+from groupcoord.groups.errors import error_response
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import RequestContext, Result, TimerKey, Volatile
+from groupcoord.groups.timers import OFFSETS_RETENTION
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -67,7 +67,7 @@ __all__ = ["RETENTION", "RetentionProgress",
            "RETENTION_CONTINUE_MS", "OffsetCommitShape", "commit_shape", "commit_shape_error",
            "shape_code"]
 
-log = logging.getLogger("groupcoord.coordinator")
+log = logging.getLogger("groupcoord.groups")
 
 
 # ---------------------------------------------------------------------------- OffsetCommit

@@ -31,17 +31,17 @@ import logging
 from collections import Counter
 from typing import Optional
 
-from groupcoord.coordinator import group_config as gc
-from groupcoord.coordinator.consumer import ConsumerGroup
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import RequestContext, Result
+from groupcoord.groups import group_config as gc
+from groupcoord.groups.consumer import ConsumerGroup
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import RequestContext, Result
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["GROUP_RESOURCE", "GROUP_OPERATIONS"]
 
-log = logging.getLogger("groupcoord.coordinator")
+log = logging.getLogger("groupcoord.groups")
 
 GROUP_RESOURCE = 32                 # ConfigResource.Type.GROUP
 _RESOURCE_NAMES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS"}

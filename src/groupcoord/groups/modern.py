@@ -12,9 +12,9 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Optional
 
-from groupcoord.coordinator.group import Group
-from groupcoord.coordinator.reconcile import STABLE, MemberAssignment
-from groupcoord.coordinator.result import Volatile
+from groupcoord.groups.group import Group
+from groupcoord.groups.reconcile import STABLE, MemberAssignment
+from groupcoord.groups.result import Volatile
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 

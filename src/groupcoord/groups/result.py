@@ -6,7 +6,7 @@ which replays ``records`` in order through ``Shard.replay`` (the only mutator) a
 timer operations, and finally delivers ``response`` and ``completions``.
 
 ``records`` holds two kinds of item, replayed in order:
-  * :class:`~groupcoord.coordinator.records.Record`: durable; the runtime appends it to the
+  * :class:`~groupcoord.groups.records.Record`: durable; the runtime appends it to the
     log before the response may be sent, and recovery replays it.
   * :class:`Volatile` events: in-memory only (e.g. a classic member waiting at the join
     barrier, the connect worker chosen to compute an assignment). They are lost on restart,

@@ -51,9 +51,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.coordinator import classic, ids
-from groupcoord.coordinator import reconcile as rc
-from groupcoord.coordinator.connect_group import (_CTL, ASSIGNMENT, DELAYED, NO_TARGET,
+from groupcoord.groups import classic, ids
+from groupcoord.groups import reconcile as rc
+from groupcoord.groups.connect_group import (_CTL, ASSIGNMENT, DELAYED, NO_TARGET,
                                                   REVOCATION, SESSION, UNKNOWN_UNIT,
                                                   _allocation_pairs, _choose, _ctl, _leader,
                                                   _new_protocol, _pairs, _protocol_version,
@@ -61,11 +61,11 @@ from groupcoord.coordinator.connect_group import (_CTL, ASSIGNMENT, DELAYED, NO_
                                                   _rec_target_meta, _units, _wire,
                                                   uses_classic, validate_first_heartbeat,
                                                   worker_tombstones)
-from groupcoord.coordinator.errors import Reject
-from groupcoord.coordinator.migration import classic_member_id, drop_classic
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.result import Result, TimerKey
-from groupcoord.coordinator.tx import GroupTx
+from groupcoord.groups.errors import Reject
+from groupcoord.groups.migration import classic_member_id, drop_classic
+from groupcoord.groups.records import Record
+from groupcoord.groups.result import Result, TimerKey
+from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

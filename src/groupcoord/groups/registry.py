@@ -13,8 +13,8 @@ that have a handler.
 """
 from __future__ import annotations
 
-from groupcoord.coordinator import admin, classic, connect, consumer, modern, offsets, routing
-from groupcoord.coordinator.record_types import RecordType as RT
+from groupcoord.groups import admin, classic, connect, consumer, modern, offsets, routing
+from groupcoord.groups.record_types import RecordType as RT
 from groupcoord.protocol import api_keys as K
 
 __all__ = ["API_HANDLERS", "REPLAYERS", "TIMER_KINDS"]

@@ -20,20 +20,20 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
-from groupcoord.coordinator import classic, consumer, limits, offsets
-from groupcoord.coordinator.config import ShardConfig
-from groupcoord.coordinator.errors import error_response
-from groupcoord.coordinator.records import Record
-from groupcoord.coordinator.registry import API_HANDLERS, REPLAYERS, TIMER_KINDS
-from groupcoord.coordinator.result import EMPTY, RequestContext, Result, TimerKey, Volatile
-from groupcoord.coordinator.timers import Timers
-from groupcoord.coordinator.topics import TopicCatalog, catalog_changes, deleted_topic_offsets
+from groupcoord.groups import classic, consumer, limits, offsets
+from groupcoord.groups.config import ShardConfig
+from groupcoord.groups.errors import error_response
+from groupcoord.groups.records import Record
+from groupcoord.groups.registry import API_HANDLERS, REPLAYERS, TIMER_KINDS
+from groupcoord.groups.result import EMPTY, RequestContext, Result, TimerKey, Volatile
+from groupcoord.groups.timers import Timers
+from groupcoord.groups.topics import TopicCatalog, catalog_changes, deleted_topic_offsets
 from groupcoord.protocol.error_codes import ErrorCode
 
 # error_response is errors.py's, named here too for the callers that build a Shard.
 __all__ = ["Shard", "error_response", "on_catalog_change"]
 
-log = logging.getLogger("groupcoord.coordinator")
+log = logging.getLogger("groupcoord.groups")
 
 
 class Shard:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from typing import Iterable, Optional
 
-from groupcoord.coordinator.result import TimerKey
+from groupcoord.groups.result import TimerKey
 
 __all__ = ["Timers", "CLASSIC_SESSION", "CLASSIC_JOIN", "CLASSIC_SYNC", "CONSUMER_SESSION",
            "CONSUMER_REVOCATION", "CONSUMER_ASSIGNMENT", "CONNECT_SESSION",
