@@ -22,7 +22,7 @@ import numpy as np
 
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
-from groupcoord.runtime import Coordinator, RuntimeConfig
+from groupcoord.runtime import RuntimeConfig, ShardSet
 
 
 def commit_request(i: int, partitions: int = 1) -> m.OffsetCommitRequest:
@@ -40,9 +40,9 @@ async def run_rate(d: str, rate: int, seconds: float, shards: int, fsync: str,
     writes = rate
     rate = max(1, rate // per_request)          # requests per second
     shutil.rmtree(d, ignore_errors=True)
-    c = Coordinator(RuntimeConfig(data_dir=d, shards=shards, fsync=fsync,
-                                  io_threads=io_threads),
-                    topics=TopicCatalog.of(t=16))
+    c = ShardSet(RuntimeConfig(data_dir=d, shards=shards, fsync=fsync,
+                               io_threads=io_threads),
+                 topics=TopicCatalog.of(t=16))
     await c.start()
     loop = asyncio.get_running_loop()
     n_total = int(rate * seconds)

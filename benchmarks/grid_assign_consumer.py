@@ -31,7 +31,7 @@ Baseline numpy-rr: the plain-numpy homogeneous round-robin of bench_assign_consu
 timed the same way on the same inputs. Ratio = numpy-rr median / uniform median.
 
 kafka-python 3.0.12 StickyPartitionAssignor (client-side, eager sticky; inputs built like
-benchmarks/bench_assign_client.py: decoded member metadata, previous assignments as
+benchmarks/bench_assign_classic.py: decoded member metadata, previous assignments as
 StickyAssignorUserData with generation 1): only cells with <= 10k partitions, one call in a
 forked child process with a 60 s cap ("> 60 s" when it did not finish), "-" elsewhere. These
 run after all uniform/numpy-rr cells, ``--kp-jobs`` at a time.
@@ -171,7 +171,7 @@ class _KCluster:
 
 def kafka_python_inputs(c):
     """Members as kafka-python sees them: subscribed topic names and the previous assignment
-    (c.cur) as a decoded StickyAssignorUserData, generation 1 (bench_assign_client.py)."""
+    (c.cur) as a decoded StickyAssignorUserData, generation 1 (bench_assign_classic.py)."""
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyAssignorUserData
     offs = np.zeros(c.ppt.shape[0] + 1, np.int64)
     np.cumsum(c.ppt, out=offs[1:])

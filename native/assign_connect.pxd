@@ -1,4 +1,4 @@
-# Declarations of assign_connect's C cores for other native modules (assign_batch).
+# Declarations of assign_connect's C cores for other native modules (assign_many).
 # Signatures must match the .pyx.
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
@@ -6,7 +6,7 @@ cdef void _eager(const int64_t* base, Py_ssize_t n_conn, int32_t n_workers,
                  int32_t* owner) noexcept nogil
 
 # Workspace of _ica, filled by ica_workspace for groups up to a given size; one workspace
-# serves any number of calls (assign_batch reuses it for every group of a batch).
+# serves any number of calls (assign_many reuses it for every group of a call).
 ctypedef struct IcaWork:
     int32_t* cnt_c      # per worker (+1): connectors owned, then kept
     int32_t* cnt_t      # per worker (+1): tasks owned, then kept

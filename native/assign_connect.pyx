@@ -32,7 +32,7 @@ def eager_kernel(const i64[::1] base, i32 n_workers, i32[::1] owner):
 @cython.cdivision(True)
 cdef void _eager(const int64_t* base, Py_ssize_t n_conn, int32_t n_workers,
                  int32_t* owner) noexcept nogil:
-    # The C core of eager_kernel (also called per group by assign_batch); n_workers > 0.
+    # The C core of eager_kernel (also called per group by assign_many); n_workers > 0.
     cdef Py_ssize_t c
     cdef i64 u, start
     cdef i32 w
@@ -279,17 +279,57 @@ cdef object ica_workspace(IcaWork* w, i32 n_workers, Py_ssize_t n_conn, Py_ssize
     return (ints, hist, der)
 
 
+cdef inline bint _is_lost(Py_ssize_t u, i32 v, const uint8_t* lost_in) noexcept nogil:
+    # Unit u, owner v < 0, is lost work: its worker departed (-2) or lost_in marks it.
+    return v == -2 or (lost_in != NULL and lost_in[u] != 0)
+
+
+cdef inline i64 _caps(const i32* cnt, i32* cap, i32 W, i64 q, i64* extra) noexcept nogil:
+    # One kind's quotas (connectors or tasks): q each, q + 1 for the first *extra workers
+    # owning more than q. Returns the units owned over the cap (the moves it forces).
+    cdef i32 w
+    cdef i64 moved = 0
+    for w in range(W):
+        cap[w] = <i32>q
+        if cnt[w] > q and extra[0] > 0:
+            cap[w] = <i32>(q + 1)
+            extra[0] -= 1
+        if cnt[w] > cap[w]:
+            moved += cnt[w] - cap[w]
+    return moved
+
+
+cdef inline void _keep_or_release(Py_ssize_t u, const int32_t* current, const uint8_t* lost_in,
+                                  bint hold, int32_t* owner, i32* cnt, const i32* cap,
+                                  i32* lost, Py_ssize_t* n_lost, i32* pool,
+                                  Py_ssize_t* n_pool) noexcept nogil:
+    # Pass B for unit u of one kind: its owner keeps it while under its cap (cnt counts the
+    # kept ones); otherwise it is appended to lost (lost work, held) or to pool.
+    cdef i32 v = current[u]
+    if v >= 0 and cnt[v] < cap[v]:
+        owner[u] = v
+        cnt[v] += 1
+        return
+    owner[u] = -1
+    if v < 0 and hold and _is_lost(u, v, lost_in):
+        lost[n_lost[0]] = <i32>u
+        n_lost[0] += 1
+    else:
+        pool[n_pool[0]] = <i32>u
+        n_pool[0] += 1
+
+
 @cython.cdivision(True)
 cdef Py_ssize_t _ica(const int64_t* base, Py_ssize_t n_conn, const int32_t* current,
                      const uint8_t* lost_in, const uint8_t* cand, int32_t W, bint hold,
                      int32_t* owner, IcaWork* wk, int32_t* held, Py_ssize_t* n_held,
                      int64_t* moved_out, int64_t* n_lost_out) noexcept nogil:
-    # The C core of ica_kernel (also called per group by assign_batch). W >= 0 workers;
+    # The C core of ica_kernel (also called per group by assign_many). W >= 0 workers;
     # lost_in / cand may be NULL (none / Connect's rule). wk: buffers for W workers and this
     # group's connectors and tasks (ica_workspace). Writes owner and the held units (ascending)
     # to held; returns -1, or the first unit whose owner is not -2, -1 or a worker index.
     cdef Py_ssize_t n_units = base[n_conn], c, bad = -1, u
-    cdef bint has_lost_in = lost_in != NULL, has_cand = cand != NULL
+    cdef bint has_cand = cand != NULL
     cdef i32 v, w
     cdef i64 n_tasks = n_units - n_conn
     cdef i64 q_c = 0, q_t = 0, e_c = 0, e_t = 0
@@ -324,7 +364,7 @@ cdef Py_ssize_t _ica(const int64_t* base, Py_ssize_t n_conn, const int32_t* curr
                 bad = u
                 break
             else:
-                lost = v == -2 or (has_lost_in and lost_in[u])
+                lost = _is_lost(u, v, lost_in)
                 if lost and hold:
                     if u == base[c]:
                         n_lost_c += 1
@@ -340,19 +380,7 @@ cdef Py_ssize_t _ica(const int64_t* base, Py_ssize_t n_conn, const int32_t* curr
         e_c = n_conn % W
         q_t = n_tasks // W
         e_t = n_tasks % W
-        for w in range(W):
-            cap_c[w] = <i32>q_c
-            if cnt_c[w] > q_c and e_c > 0:
-                cap_c[w] = <i32>(q_c + 1)
-                e_c -= 1
-            if cnt_c[w] > cap_c[w]:
-                moved += cnt_c[w] - cap_c[w]
-            cap_t[w] = <i32>q_t
-            if cnt_t[w] > q_t and e_t > 0:
-                cap_t[w] = <i32>(q_t + 1)
-                e_t -= 1
-            if cnt_t[w] > cap_t[w]:
-                moved += cnt_t[w] - cap_t[w]
+        moved = _caps(cnt_c, cap_c, W, q_c, &e_c) + _caps(cnt_t, cap_t, W, q_t, &e_t)
 
     cdef Py_ssize_t ipc = 0, ipt = 0, ilc = 0, ilt = 0
     cdef const u8* cand_p = NULL
@@ -372,34 +400,11 @@ cdef Py_ssize_t _ica(const int64_t* base, Py_ssize_t n_conn, const int32_t* curr
         memset(cnt_c, 0, W * sizeof(i32))
         memset(cnt_t, 0, W * sizeof(i32))
     for c in range(n_conn):
-        # connector instance
-        u = base[c]
-        v = current[u]
-        if v >= 0 and cnt_c[v] < cap_c[v]:
-            owner[u] = v
-            cnt_c[v] += 1
-        else:
-            owner[u] = -1
-            if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
-                lost_c[ilc] = <i32>u
-                ilc += 1
-            else:
-                pool_c[ipc] = <i32>u
-                ipc += 1
-        # tasks
-        for u in range(base[c] + 1, base[c + 1]):
-            v = current[u]
-            if v >= 0 and cnt_t[v] < cap_t[v]:
-                owner[u] = v
-                cnt_t[v] += 1
-            else:
-                owner[u] = -1
-                if v < 0 and hold and (v == -2 or (has_lost_in and lost_in[u])):
-                    lost_t[ilt] = <i32>u
-                    ilt += 1
-                else:
-                    pool_t[ipt] = <i32>u
-                    ipt += 1
+        _keep_or_release(base[c], current, lost_in, hold, owner, cnt_c, cap_c,   # connector
+                         lost_c, &ilc, pool_c, &ipc)
+        for u in range(base[c] + 1, base[c + 1]):                                # tasks
+            _keep_or_release(u, current, lost_in, hold, owner, cnt_t, cap_t, lost_t, &ilt,
+                             pool_t, &ipt)
     if W > 0:
         # Candidates (workers that joined since the loss) take lost work up to balance.
         if cand_p != NULL:

@@ -3,7 +3,7 @@
 #
 # Data model (docs/assign.md): owner[unit] = member index or -1, int32; per-member lists are
 # CSR (indptr int64[n_members + 1], units int32), each member's units ascending.
-# Batched use: renumber units and members of many groups into one global range (unit and
+# Many groups at once: renumber units and members of many groups into one global range (unit and
 # member offsets per group); every kernel here is then one call over all groups.
 import numpy as np
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t

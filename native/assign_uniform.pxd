@@ -1,4 +1,4 @@
-# Declarations of assign_uniform's C cores, so other native modules (assign_batch) can call
+# Declarations of assign_uniform's C cores, so other native modules (assign_many) can call
 # them per group without going through Python objects. Signatures must match the .pyx.
 from libc.stdint cimport int32_t, int64_t, uint8_t
 

@@ -385,6 +385,25 @@ cdef void _waterfill(const int32_t* ms, int64_t S, int64_t P, int32_t* load,
             x_c[j] += <int32_t>x
 
 
+cdef inline void _mark_class(int32_t* stamp, int32_t* pos, const int32_t* ms, int64_t S,
+                             int32_t c) noexcept nogil:
+    # stamp[m] == c marks "m subscribes class c" while class c is scanned, pos[m] is m's index
+    # in the class's subscriber list ms. Classes are scanned in order, so a stale stamp is < c.
+    cdef int32_t j
+    for j in range(S):
+        stamp[ms[j]] = c
+        pos[ms[j]] = j
+
+
+cdef inline int32_t _slot_in_class(int32_t o, int32_t M, const int32_t* stamp,
+                                   const int32_t* pos, int32_t c) noexcept nogil:
+    # Owner o's index among the subscribers of class c (marked by _mark_class), or -1 when o
+    # is not a member or does not subscribe the class.
+    if _member(o, M) and stamp[o] == c:
+        return pos[o]
+    return -1
+
+
 cdef int _heterogeneous(Arena* ar, int32_t n_topics, int32_t n_members, const int32_t* ppt,
                         const int64_t* base, const int64_t* sptr, const int32_t* subs,
                         const int32_t* cur, int32_t* out) noexcept nogil:
@@ -481,24 +500,20 @@ cdef int _heterogeneous(Arena* ar, int32_t n_topics, int32_t n_members, const in
         return RC_NOMEM
 
     # ---- holdings: hold[coff[c] + j] = units of class c owned now by its j-th subscriber.
-    # stamp[m] == c marks "m subscribes class c" while class c is scanned (classes are
-    # scanned in order, so a stale stamp is always < c).
     for m in range(M):
         stamp[m] = -1
     for c in range(K):
         g = order[c].g
         ms = cms[c]
         S = order[c].cnt
-        for j in range(S):
-            stamp[ms[j]] = c
-            pos[ms[j]] = j
+        _mark_class(stamp, pos, ms, S, c)
         hold_c = &hold[coff[c]]
         for i in range(glen[g]):
             t = keys[gstart[g] + i].t
             for u in range(base[t], base[t + 1]):
-                o = cur[u]
-                if _member(o, M) and stamp[o] == c:
-                    hold_c[pos[o]] += 1
+                j = _slot_in_class(cur[u], M, stamp, pos, c)
+                if j >= 0:
+                    hold_c[j] += 1
         for j in range(S):
             held[ms[j]] += hold_c[j]
     for e in range(sumS):
@@ -550,20 +565,17 @@ cdef int _heterogeneous(Arena* ar, int32_t n_topics, int32_t n_members, const in
     for c in range(K):
         g = order[c].g
         ms = cms[c]
-        S = order[c].cnt
         x_c = &xplan[coff[c]]
         kept_c = &kept[coff[c]]
-        for j in range(S):
-            stamp[ms[j]] = c
-            pos[ms[j]] = j
+        _mark_class(stamp, pos, ms, order[c].cnt, c)
         nf = 0
         for i in range(glen[g]):
             t = keys[gstart[g] + i].t
             for u in range(base[t], base[t + 1]):
-                o = cur[u]
-                if _member(o, M) and stamp[o] == c and kept_c[pos[o]] < x_c[pos[o]]:
-                    out[u] = o
-                    kept_c[pos[o]] += 1
+                j = _slot_in_class(cur[u], M, stamp, pos, c)
+                if j >= 0 and kept_c[j] < x_c[j]:
+                    out[u] = cur[u]
+                    kept_c[j] += 1
                 else:
                     free_units[nf] = <int32_t>u
                     nf += 1
@@ -880,6 +892,39 @@ cdef int32_t _n_members(const int64_t[::1] subscriptions_indptr) except -1:
     return <int32_t>(subscriptions_indptr.shape[0] - 1)
 
 
+cdef struct KernelArgs:
+    # The inputs every kernel takes, as raw pointers (NULL for an empty array).
+    int32_t T
+    int32_t M
+    int64_t N
+    int64_t E
+    const int32_t* ppt
+    const int64_t* base
+    const int64_t* sptr
+    const int32_t* subs
+    int32_t* out
+
+
+cdef tuple _kernel_args(const int32_t[::1] ppt, const int64_t[::1] sptr,
+                        const int32_t[::1] subs, KernelArgs* a):
+    # Checks the inputs uniform and range_ share and fills a. Returns (base, out): the arrays
+    # behind a.base and a.out, which the caller keeps alive while the kernel runs.
+    a.T = <int32_t>ppt.shape[0]
+    a.M = _n_members(sptr)
+    base = _base_array(ppt)
+    cdef const int64_t[::1] bv = base
+    a.N = bv[a.T]
+    out = np.empty(a.N, dtype=np.int32)
+    cdef int32_t[::1] ov = out
+    a.E = subs.shape[0]
+    a.ppt = &ppt[0] if a.T > 0 else NULL
+    a.base = &bv[0]
+    a.sptr = &sptr[0]
+    a.subs = &subs[0] if a.E > 0 else NULL
+    a.out = &ov[0] if a.N > 0 else NULL
+    return base, out
+
+
 def uniform(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscriptions_indptr,
             const int32_t[::1] subscriptions, const int32_t[::1] current,
             bint force_heterogeneous=False):
@@ -887,24 +932,15 @@ def uniform(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscrip
 
     force_heterogeneous runs the general path on homogeneous input too (tests: both paths must
     agree there)."""
-    cdef int32_t T = <int32_t>partitions_per_topic.shape[0]
-    cdef int32_t M = _n_members(subscriptions_indptr)
-    base = _base_array(partitions_per_topic)
-    cdef const int64_t[::1] bv = base
-    cdef int64_t N = bv[T]
-    if current.shape[0] != N:
+    cdef KernelArgs a
+    base, out = _kernel_args(partitions_per_topic, subscriptions_indptr, subscriptions, &a)
+    if current.shape[0] != a.N:
         raise ValueError("current has %d units, partitions_per_topic sums to %d"
-                         % (current.shape[0], N))
-    out = np.empty(N, dtype=np.int32)
-    cdef int32_t[::1] ov = out
-    cdef int64_t E = subscriptions.shape[0]
-    cdef const int32_t* pp = &partitions_per_topic[0] if T > 0 else NULL
-    cdef const int32_t* sp = &subscriptions[0] if E > 0 else NULL
-    cdef const int32_t* cp = &current[0] if N > 0 else NULL
-    cdef int32_t* op = &ov[0] if N > 0 else NULL
+                         % (current.shape[0], a.N))
+    cdef const int32_t* cp = &current[0] if a.N > 0 else NULL
     cdef int rc
     with nogil:
-        rc = _uniform(T, M, pp, &bv[0], &subscriptions_indptr[0], sp, E, cp, op,
+        rc = _uniform(a.T, a.M, a.ppt, a.base, a.sptr, a.subs, a.E, cp, a.out,
                       force_heterogeneous)
     _raise(rc)
     return out
@@ -913,25 +949,16 @@ def uniform(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscrip
 def range_(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscriptions_indptr,
            const int32_t[::1] subscriptions, const uint8_t[::1] static_member=None):
     """Kernel of groupcoord.assign.consumer.range_ (static_member: uint8[n_members] or None)."""
-    cdef int32_t T = <int32_t>partitions_per_topic.shape[0]
-    cdef int32_t M = _n_members(subscriptions_indptr)
-    base = _base_array(partitions_per_topic)
-    cdef const int64_t[::1] bv = base
-    cdef int64_t N = bv[T]
-    if static_member is not None and static_member.shape[0] != M:
+    cdef KernelArgs a
+    base, out = _kernel_args(partitions_per_topic, subscriptions_indptr, subscriptions, &a)
+    if static_member is not None and static_member.shape[0] != a.M:
         raise ValueError("static_member has %d entries for %d members"
-                         % (static_member.shape[0], M))
-    out = np.empty(N, dtype=np.int32)
-    cdef int32_t[::1] ov = out
-    cdef int64_t E = subscriptions.shape[0]
-    cdef const int32_t* pp = &partitions_per_topic[0] if T > 0 else NULL
-    cdef const int32_t* sp = &subscriptions[0] if E > 0 else NULL
+                         % (static_member.shape[0], a.M))
     cdef const uint8_t* stp = NULL
-    if static_member is not None and M > 0:
+    if static_member is not None and a.M > 0:
         stp = &static_member[0]
-    cdef int32_t* op = &ov[0] if N > 0 else NULL
     cdef int rc
     with nogil:
-        rc = _range(T, M, pp, &bv[0], &subscriptions_indptr[0], sp, E, stp, op)
+        rc = _range(a.T, a.M, a.ppt, a.base, a.sptr, a.subs, a.E, stp, a.out)
     _raise(rc)
     return out

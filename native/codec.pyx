@@ -230,23 +230,11 @@ def decode_request_frame(data):
     cdef MessageCodec c
     header = None
     try:
-        r.field = b"RequestHeader.api_key"
-        api_key = read_int16(&r)
-        r.field = b"RequestHeader.api_version"
-        version = read_int16(&r)
-        r.field = b"RequestHeader.correlation_id"
-        corr = read_int32(&r)
+        read_request_ids(&r, &api_key, &version, &corr)
         c = _lookup(api_key, version)
         if c is None:
-            e = UnsupportedVersionError(
-                "unsupported api key %d version %d" % (api_key, version), api_key, version)
-            e.correlation_id = corr
-            raise e
-        r.field = b"RequestHeader.client_id"
-        client_id = read_string(&r, 1)
-        if c.flexible:
-            r.field = b"RequestHeader.<tagged fields>"
-            skip_tagged_fields(&r)
+            raise unsupported_request(api_key, version, corr)
+        client_id = read_client_id(&r, c.flexible)
         header = C_RequestHeader(api_key, version, corr, client_id)
         body = c.dec_req(&r)
         if r.pos != r.end:              # rare; the common case pays this one compare
@@ -262,17 +250,19 @@ def decode_request_frame(data):
 
 def encode_request_frame(msg, int version, int32_t correlation_id, client_id="groupcoord"):
     """Encode a request with its header and 4-byte size prefix."""
+    return _frame(msg, version, correlation_id, True, client_id)
+
+
+cdef bytes _frame(object msg, int version, int32_t correlation_id, bint request,
+                  object client_id):
+    # The codec of msg's api key at version (msg checked against its request or response
+    # type), then: size placeholder | header | body, and the size is backfilled.
     key = _type_key.get(type(msg))
     if key is None:
-        raise EncodeError("%s is not a request message" % type(msg).__name__)
+        raise EncodeError("%s is not a %s message"
+                          % (type(msg).__name__, "request" if request else "response"))
     cdef MessageCodec c = get_codec(key, version)
-    _check_type(msg, c.request_type)
-    return _frame(c, msg, correlation_id, True, client_id)
-
-
-cdef bytes _frame(MessageCodec c, object msg, int32_t correlation_id, bint request,
-                  object client_id):
-    # size placeholder | header | body, then the size is backfilled.
+    _check_type(msg, c.request_type if request else c.response_type)
     cdef Writer w
     writer_init(&w, 256)
     try:
@@ -296,12 +286,7 @@ cdef bytes _frame(MessageCodec c, object msg, int32_t correlation_id, bint reque
 def encode_response_frame(msg, int version, int32_t correlation_id):
     """Encode a response with its header (v0 for ApiVersions, else by flexibility) and 4-byte
     size prefix."""
-    key = _type_key.get(type(msg))
-    if key is None:
-        raise EncodeError("%s is not a response message" % type(msg).__name__)
-    cdef MessageCodec c = get_codec(key, version)
-    _check_type(msg, c.response_type)
-    return _frame(c, msg, correlation_id, False, None)
+    return _frame(msg, version, correlation_id, False, None)
 
 
 def decode_response_frame(data, int api_key, int version):

@@ -33,9 +33,10 @@
 # with the same error, and the other way round.
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
 from cpython.buffer cimport PyBuffer_Release
-from groupcoord._native.krpc cimport (Reader, Writer, need, read_int16, read_int32,
-                                      read_int64, read_string, read_compact_string,
-                                      read_array_len, read_compact_array_len,
+from groupcoord._native.krpc cimport (Reader, Writer, need, read_int16, read_int32, read_int64,
+                                      read_string, read_compact_string, read_array_len,
+                                      read_compact_array_len, read_request_ids,
+                                      read_client_id, unsupported_request,
                                       skip_tagged_fields, raise_bad_utf8,
                                       reader_from_object, writer_init, writer_free,
                                       writer_bytes, ensure, write_int16, write_int32,
@@ -108,24 +109,14 @@ cdef inline Py_ssize_t _str_len(Reader* r, bint flexible, bint nullable) except 
 cdef object _header(Reader* r):
     # As decode_request_frame reads it; raises UnsupportedVersionError (with the correlation
     # id) for a version this module does not read.
-    r.field = b"RequestHeader.api_key"
-    cdef int16_t api_key = read_int16(r)
-    r.field = b"RequestHeader.api_version"
-    cdef int16_t version = read_int16(r)
-    r.field = b"RequestHeader.correlation_id"
-    cdef int32_t corr = read_int32(r)
+    cdef int16_t api_key, version
+    cdef int32_t corr
+    read_request_ids(r, &api_key, &version, &corr)
     if api_key != OFFSET_COMMIT:
         raise ValueError("api key %d is not OffsetCommit (%d)" % (api_key, OFFSET_COMMIT))
     if version < MIN_VERSION or version > MAX_VERSION:
-        e = UnsupportedVersionError(
-            "unsupported api key %d version %d" % (api_key, version), api_key, version)
-        e.correlation_id = corr
-        raise e
-    r.field = b"RequestHeader.client_id"
-    client_id = read_string(r, 1)
-    if version >= FIRST_FLEXIBLE:
-        r.field = b"RequestHeader.<tagged fields>"
-        skip_tagged_fields(r)
+        raise unsupported_request(api_key, version, corr)
+    client_id = read_client_id(r, version >= FIRST_FLEXIBLE)
     return C_RequestHeader(api_key, version, corr, client_id)
 
 

@@ -91,6 +91,7 @@ cdef object cached_str(Reader* r, Py_ssize_t n)
 cdef object cached_uuid(const unsigned char* p)
 cdef Py_ssize_t slot_offset(object cls, str name) except -1
 cdef Py_ssize_t fast_alloc_size(object cls) except -2
+cdef object unsupported_request(int api_key, int version, int32_t corr)
 
 
 # ---------------------------------------------------------------- reading
@@ -296,6 +297,28 @@ cdef inline int skip_tagged_fields(Reader* r) except -1:
         r.pos += read_tag_size(r)
     return 0
 
+cdef inline int read_request_ids(Reader* r, int16_t* api_key, int16_t* version,
+                                 int32_t* corr) except -1:
+    # The start of every request header: api_key, api_version, correlation_id. The caller
+    # decides from them whether it reads this request (else raise unsupported_request).
+    r.field = b"RequestHeader.api_key"
+    api_key[0] = read_int16(r)
+    r.field = b"RequestHeader.api_version"
+    version[0] = read_int16(r)
+    r.field = b"RequestHeader.correlation_id"
+    corr[0] = read_int32(r)
+    return 0
+
+cdef inline object read_client_id(Reader* r, bint flexible):
+    # The rest of the request header: client_id, an int16-length string even in header v2
+    # (flexible api versions), then header v2's tagged fields.
+    r.field = b"RequestHeader.client_id"
+    client_id = read_string(r, 1)
+    if flexible:
+        r.field = b"RequestHeader.<tagged fields>"
+        skip_tagged_fields(r)
+    return client_id
+
 
 # ---------------------------------------------------------------- writing
 
@@ -396,15 +419,23 @@ cdef inline int write_raw(Writer* w, const char* p, Py_ssize_t n) except -1:
     w.len += n
     return 0
 
+cdef inline int write_null(Writer* w, bint compact, bint nullable, bint wide,
+                           str what) except -1:
+    # None in a string (wide: bytes, array) field: refused where the field is not nullable,
+    # else the null marker, uvarint 0 (compact) or length -1 (int16, wide: int32).
+    if not nullable:
+        raise_encode(w, "None is not allowed (%s is not nullable at this version)" % what)
+    if compact:
+        return write_uvarint(w, 0)
+    if wide:
+        return write_int32(w, -1)
+    return write_int16(w, -1)
+
 cdef inline int write_string(Writer* w, object v, bint compact, bint nullable) except -1:
     cdef Py_ssize_t n
     cdef const char* p
     if v is None:
-        if not nullable:
-            raise_encode(w, "None is not allowed (field is not nullable at this version)")
-        if compact:
-            return write_uvarint(w, 0)
-        return write_int16(w, -1)
+        return write_null(w, compact, nullable, False, "field")
     if not PyUnicode_CheckExact(v) and not isinstance(v, str):
         raise_encode(w, "expected str, got %s" % type(v).__name__)
     try:
@@ -429,11 +460,7 @@ cdef inline int write_array_len(Writer* w, object v, bint compact, bint nullable
     # Writes the count prefix of a list (or the null marker) and returns nothing else; the
     # caller iterates the elements.
     if v is None:
-        if not nullable:
-            raise_encode(w, "None is not allowed (array is not nullable at this version)")
-        if compact:
-            return write_uvarint(w, 0)
-        return write_int32(w, -1)
+        return write_null(w, compact, nullable, True, "array")
     cdef Py_ssize_t n = len(v)
     if compact:
         return write_uvarint(w, <uint32_t>(n + 1))

@@ -114,6 +114,15 @@ cdef object raise_bad_utf8(Reader* r, Py_ssize_t start):
                            _field(r.field), r.base + start)
 
 
+cdef object unsupported_request(int api_key, int version, int32_t corr):
+    # The error for a request header naming an api this reader does not read; it carries the
+    # correlation id so that the caller can still answer.
+    e = UnsupportedVersionError("unsupported api key %d version %d" % (api_key, version),
+                                api_key, version)
+    e.correlation_id = corr
+    return e
+
+
 # Direct-mapped caches of recently decoded short strings and UUIDs. Decoding the same group
 # id, member id or topic id again returns the cached (immutable) object instead of a new one.
 # Entries are owned references; a collision simply replaces the entry.
@@ -245,11 +254,7 @@ cdef bytes writer_bytes(Writer* w):
 cdef int write_bytes_obj(Writer* w, object v, bint compact, bint nullable) except -1:
     cdef Py_buffer view
     if v is None:
-        if not nullable:
-            raise_encode(w, "None is not allowed (field is not nullable at this version)")
-        if compact:
-            return write_uvarint(w, 0)
-        return write_int32(w, -1)
+        return write_null(w, compact, nullable, True, "field")
     if PyBytes_CheckExact(v):
         if compact:
             write_uvarint(w, <uint32_t>(PyBytes_GET_SIZE(v) + 1))

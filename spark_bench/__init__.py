@@ -2,7 +2,7 @@
 clusters of millions of workers and tasks, with PySpark (docs/spark-bench.md).
 
 Run from the repository root: ``python -m spark_bench {assign,reconcile,compare} ...``.
-Modules: gen (clusters from (seed, group id)), engine (batches -> groupcoord.assign.batch),
+Modules: gen (clusters from (seed, group id)), engine (batches -> groupcoord.assign.many),
 simulate (eager / cooperative / declarative protocols), workloads (what an executor runs),
 spark (session, mapInArrow, progress, baseline), report (tables, plot).
 

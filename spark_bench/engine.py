@@ -1,4 +1,4 @@
-"""Batches of generated groups -> the batched assignment API (groupcoord.assign.batch).
+"""Batches of generated groups -> the many-groups assignment API (groupcoord.assign.many).
 
 A *universe* batch numbers every member and unit of every group that exists before or after
 its churn event (gen.Group); a :class:`StateBatch` is the view of one phase of the event
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from groupcoord.assign import batch as B
+from groupcoord.assign import many as B
 
 
 CONNECT_ASSIGNORS = ("eager", "incremental-cooperative")

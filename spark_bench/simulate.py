@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from groupcoord.assign import batch as B
+from groupcoord.assign import many as B
 
 from spark_bench.engine import StateBatch, Timer, Universe, run_assignor
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from groupcoord.assign import batch as B
+from groupcoord.assign import many as B
 
 from spark_bench import gen, simulate as S
 from spark_bench.engine import (CONNECT_ASSIGNORS, CONSUMER_ASSIGNORS, StateBatch, Timer,

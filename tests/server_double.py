@@ -1,6 +1,6 @@
-"""TEST DOUBLE of the runtime's Coordinator (groupcoord.runtime.Coordinator), for the server's
+"""TEST DOUBLE of the runtime's ShardSet (groupcoord.runtime.ShardSet), for the server's
 unit tests: exactly the interface the server may call (start, serves, submit, submit_nowait,
-shard_of, topics, set_topics, close) over ONE in-memory ``coordinator.shard.Shard``. No log,
+shard_of, topics, set_topics, close) over ONE in-memory ``groups.shard.Shard``. No log,
 no fsync, no loading state. Timers fire from a 5 ms polling task on the wall clock.
 
 Test hooks (not part of the interface): ``submitted`` records (api_key, version) of every
@@ -26,7 +26,7 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-class CoordinatorDouble:
+class ShardSetDouble:
     def __init__(self, topics: TopicCatalog | None = None, config=None, shards: int = 1):
         self.topics = topics if topics is not None else TopicCatalog()
         self.shard = Shard(config, self.topics)

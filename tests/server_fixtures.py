@@ -1,5 +1,5 @@
 """Shared pieces of the server tests: event loop runner (uvloop / stock asyncio), a started
-Server over the real runtime Coordinator (or the test double), small request builders."""
+Server over the real runtime ShardSet (or the test double), small request builders."""
 from __future__ import annotations
 
 import asyncio
@@ -10,12 +10,12 @@ from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as M
 from groupcoord.server import Server, ServerConfig
-from server_double import CoordinatorDouble
+from server_double import ShardSetDouble
 
 try:
-    from groupcoord.runtime import Coordinator, RuntimeConfig
+    from groupcoord.runtime import RuntimeConfig, ShardSet
 except ImportError:  # pragma: no cover - before the runtime landed
-    Coordinator = RuntimeConfig = None
+    ShardSet = RuntimeConfig = None
 
 LOOPS = ("uvloop", "asyncio")
 TOPICS = TopicCatalog.of(orders=3, payments=1)
@@ -31,27 +31,27 @@ def run_on(loop_kind: str, coro_fn, timeout: float = 30.0):
         return r.run(asyncio.wait_for(coro_fn(), timeout))
 
 
-def make_coordinator(kind: str, data_dir, topics=TOPICS, shard_config=None):
+def make_shards(kind: str, data_dir, topics=TOPICS, shard_config=None):
     # No join delay and no assignment batching: the tests drive exact protocol sequences.
     shard_config = shard_config or ShardConfig(group_initial_rebalance_delay_ms=0,
                                                consumer_assignment_interval_ms=0)
     if kind == "real":
-        assert Coordinator is not None, "groupcoord.runtime is not importable"
-        return Coordinator(RuntimeConfig(data_dir=str(data_dir), shards=3,
-                                         fsync="unsafe-no-fsync", shard_config=shard_config),
-                           topics=topics)
-    return CoordinatorDouble(topics, shard_config)
+        assert ShardSet is not None, "groupcoord.runtime is not importable"
+        return ShardSet(RuntimeConfig(data_dir=str(data_dir), shards=3,
+                                      fsync="unsafe-no-fsync", shard_config=shard_config),
+                        topics=topics)
+    return ShardSetDouble(topics, shard_config)
 
 
 @contextlib.asynccontextmanager
-async def serving(coord, store=None, **cfg):
-    """A started Server on 127.0.0.1 (free port) over coord; shut down on exit."""
-    await coord.start()
-    srv = Server(ServerConfig(host="127.0.0.1", port=0, **cfg), coord, store=store)
+async def serving(shards, store=None, **cfg):
+    """A started Server on 127.0.0.1 (free port) over shards; shut down on exit."""
+    await shards.start()
+    srv = Server(ServerConfig(host="127.0.0.1", port=0, **cfg), shards, store=store)
     try:
         await srv.start()
     except BaseException:
-        await coord.close()
+        await shards.close()
         raise
     try:
         yield srv

@@ -5,7 +5,7 @@ import os
 import re
 
 from groupcoord.protocol import supported_versions
-from groupcoord.runtime.coordinator import Coordinator
+from groupcoord.runtime.shards import ShardSet
 from groupcoord.server import node as N
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def advertised() -> dict:
     return {k: (lo, hi) for k, (lo, hi)
-            in N.node_api_ranges(supported_versions(), Coordinator.serves).items()}
+            in N.node_api_ranges(supported_versions(), ShardSet.serves).items()}
 
 
 def _range(text: str) -> tuple:

@@ -27,8 +27,8 @@ from groupcoord.groups.result import Result, TimerKey
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
-from groupcoord.runtime import Coordinator, RuntimeConfig
-from groupcoord.runtime import shard_runtime
+from groupcoord.runtime import RuntimeConfig, ShardSet
+from groupcoord.runtime import write_path
 
 from coord_harness import Harness
 
@@ -45,8 +45,8 @@ def run(coro, timeout=60):
 
 
 def make(tmp_path, shard_config=CFG):
-    return Coordinator(RuntimeConfig(data_dir=str(tmp_path), shards=2, fsync="unsafe-no-fsync",
-                                     shard_config=shard_config), topics=TOPICS)
+    return ShardSet(RuntimeConfig(data_dir=str(tmp_path), shards=2, fsync="unsafe-no-fsync",
+                                  shard_config=shard_config), topics=TOPICS)
 
 
 def cg_hb(member, epoch, group="cg", **kw):
@@ -196,7 +196,7 @@ def test_an_unwritable_timer_result_is_dropped_logged_once_and_rearmed(tmp_path,
                 assert rt._process(bad, now, event=key) is None
         assert rt.shard.snapshot() == before and rt.records_written == written
         timers = dict(rt.shard.timers.items())
-        assert timers.get(key) == now + shard_runtime.UNWRITABLE_RETRY_MS
+        assert timers.get(key) == now + write_path.UNWRITABLE_RETRY_MS
         assert TimerKey("classic-join", "og", "") not in timers     # nothing of it applied
         # A request's unwritable Result: answered, nothing applied.
         w = rt._process(bad, now, commit("orders"), 8)
@@ -390,8 +390,8 @@ def _step(h, req, client_id, cfg, where):
     try:
         # What the runtime does before applying: the handlers must never get here with
         # records that cannot be written.
-        shard_runtime._encode_checked(res.records, cfg.message_max_bytes)
-    except shard_runtime._Unwritable as exc:
+        write_path.encode_checked(res.records, cfg.message_max_bytes)
+    except write_path.Unwritable as exc:
         raise AssertionError("%s: %s returned records that cannot be written: %s"
                              % (where, type(req).__name__, exc)) from None
     h._apply(res)

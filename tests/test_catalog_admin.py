@@ -12,7 +12,7 @@ import types
 import pytest
 
 import groupcoord.protocol as P
-from groupcoord.groups import classic
+from groupcoord.groups.classic.group import STATE_PREPARING, STATE_STABLE
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.shard import on_catalog_change
 from groupcoord.groups.topics import (Topic, TopicCatalog, catalog_changes,
@@ -20,13 +20,14 @@ from groupcoord.groups.topics import (Topic, TopicCatalog, catalog_changes,
 from groupcoord.protocol import embedded
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime.config import RuntimeConfig
-from groupcoord.runtime.coordinator import Coordinator
+from groupcoord.runtime.shards import ShardSet
 from groupcoord.server import catalog as C
 from groupcoord.server import node as N
+from groupcoord.server import topic_admin as T
 
 M = P.messages
 CAT = TopicCatalog.of(orders=3, payments=1)
-ALLOW = N.CatalogLimits(allow_create_topics=True, allow_delete_topics=True)
+ALLOW = T.CatalogLimits(allow_create_topics=True, allow_delete_topics=True)
 RANGES = N.node_api_ranges(P.supported_versions(), lambda k: False)
 NODE = N.NodeState("broker.example", 9999, "cluster-xyz", lambda: CAT, RANGES)
 ZERO = M.ZERO_UUID
@@ -118,7 +119,7 @@ def test_create_partitions_grows_topics_with_kafkas_errors(v):
     cat = TopicCatalog.of(orders=3, payments=1, audit=2, logs=1)
     req = _cp(("orders", 5), ("payments", 1), ("audit", 1), ("nope", 4),
               ("logs", 3, [[0], [0]]))
-    resp, new = N.plan_create_partitions(req, v, cat, ALLOW)
+    resp, new = T.plan_create_partitions(req, v, cat, ALLOW)
     assert _results(roundtrip(resp, v)) == [
         ("orders", 0, None),
         ("payments", E.INVALID_PARTITIONS, "Topic already has 1 partition(s)."),
@@ -136,35 +137,35 @@ def test_create_partitions_assignments_must_be_one_replica_on_this_node_per_new_
     codes = {}
     for name, assign in (("count", [[0]]), ("broker", [[1], [0]]), ("replicas", [[0, 0], [0]]),
                          ("empty", [[], [0]])):
-        resp, new = N.plan_create_partitions(_cp(("orders", 5, assign)), 3, CAT, ALLOW)
+        resp, new = T.plan_create_partitions(_cp(("orders", 5, assign)), 3, CAT, ALLOW)
         codes[name] = resp.results[0].error_code
         assert new is None
     assert set(codes.values()) == {E.INVALID_REPLICA_ASSIGNMENT}
-    resp, _ = N.plan_create_partitions(_cp(("orders", 5, [[0]])), 3, CAT, ALLOW)
+    resp, _ = T.plan_create_partitions(_cp(("orders", 5, [[0]])), 3, CAT, ALLOW)
     assert resp.results[0].error_message == ("Attempted to add 2 additional partition(s), "
                                              "but only 1 assignment(s) were specified.")
 
 
 def test_create_partitions_duplicates_validate_only_and_per_topic_bound():
-    resp, new = N.plan_create_partitions(_cp(("orders", 4), ("payments", 2), ("orders", 5)), 3,
+    resp, new = T.plan_create_partitions(_cp(("orders", 4), ("payments", 2), ("orders", 5)), 3,
                                          CAT, ALLOW)
     assert _results(resp) == [("orders", E.INVALID_REQUEST, "Duplicate topic name."),
                               ("payments", 0, None)]
     assert new.by_name["orders"].partitions == 3 and new.by_name["payments"].partitions == 2
-    resp, new = N.plan_create_partitions(_cp(("orders", 4), validate_only=True), 3, CAT,
+    resp, new = T.plan_create_partitions(_cp(("orders", 4), validate_only=True), 3, CAT,
                                          ALLOW)
     assert _results(resp) == [("orders", 0, None)] and new is None
-    resp, new = N.plan_create_partitions(_cp(("orders", N.MAX_PARTITIONS + 1)), 3, CAT,
+    resp, new = T.plan_create_partitions(_cp(("orders", T.MAX_PARTITIONS + 1)), 3, CAT,
                                          ALLOW)
     assert resp.results[0].error_code == E.INVALID_PARTITIONS and new is None
 
 
 def test_create_partitions_is_gated_and_bounded_as_create_topics():
-    resp, new = N.plan_create_partitions(_cp(("orders", 4)), 3, CAT, N.CatalogLimits())
+    resp, new = T.plan_create_partitions(_cp(("orders", 4)), 3, CAT, T.CatalogLimits())
     assert _results(resp) == [("orders", E.POLICY_VIOLATION, "CreatePartitions is disabled on "
                                "this node (--allow-create-topics)")] and new is None
-    limits = N.CatalogLimits(allow_create_topics=True, max_partitions=6)
-    resp, new = N.plan_create_partitions(_cp(("orders", 5), ("payments", 3)), 3, CAT, limits)
+    limits = T.CatalogLimits(allow_create_topics=True, max_partitions=6)
+    resp, new = T.plan_create_partitions(_cp(("orders", 5), ("payments", 3)), 3, CAT, limits)
     # 3 + 1 partitions now: orders to 5 fits (6), payments to 3 would make 8
     assert [r.error_code for r in resp.results] == [0, E.POLICY_VIOLATION]
     assert "--max-partitions" in resp.results[1].error_message
@@ -185,7 +186,7 @@ def _dt(v, *topics):
 @pytest.mark.parametrize("v", versions(M.DeleteTopicsRequest))
 def test_delete_topics_by_name(v):
     cat = TopicCatalog.of(orders=3, payments=1, audit=2)
-    resp, new = N.plan_delete_topics(_dt(v, "orders", "nope", "audit", "audit"), v, cat, ALLOW)
+    resp, new = T.plan_delete_topics(_dt(v, "orders", "nope", "audit", "audit"), v, cat, ALLOW)
     r = roundtrip(resp, v)
     got = [(x.name, x.error_code) for x in r.responses]
     assert got == [("orders", 0), ("nope", E.UNKNOWN_TOPIC_OR_PARTITION),
@@ -202,7 +203,7 @@ def test_delete_topics_by_id_v6():
     cat = TopicCatalog.of(orders=3, payments=1, audit=2)
     oid, pid, aid = (topic_id_for(n) for n in ("orders", "payments", "audit"))
     unknown = topic_id_for("nope")
-    resp, new = N.plan_delete_topics(_dt(6, (None, oid), (None, unknown), ("payments", pid),
+    resp, new = T.plan_delete_topics(_dt(6, (None, oid), (None, unknown), ("payments", pid),
                                          (None, ZERO), "audit", (None, aid)), 6, cat, ALLOW)
     got = [(x.name, x.topic_id, x.error_code, x.error_message)
            for x in roundtrip(resp, 6).responses]
@@ -220,8 +221,8 @@ def test_delete_topics_by_id_v6():
 
 @pytest.mark.parametrize("v", versions(M.DeleteTopicsRequest))
 def test_delete_topics_is_off_unless_allowed(v):
-    for limits in (N.CatalogLimits(), N.CatalogLimits(allow_create_topics=True)):
-        resp, new = N.plan_delete_topics(_dt(v, "orders", "nope"), v, CAT, limits)
+    for limits in (T.CatalogLimits(), T.CatalogLimits(allow_create_topics=True)):
+        resp, new = T.plan_delete_topics(_dt(v, "orders", "nope"), v, CAT, limits)
         r = roundtrip(resp, v)
         # Kafka: TopicDeletionDisabledException from v3, InvalidRequestException before
         want = E.TOPIC_DELETION_DISABLED if v >= 3 else E.INVALID_REQUEST
@@ -237,7 +238,7 @@ def test_delete_topics_is_off_unless_allowed(v):
 def test_timed_out_response_at_every_version(api, cls):
     for v in versions(cls):
         req = _cp(("x", 2)) if api == N.CREATE_PARTITIONS else _dt(v, "x")
-        r = roundtrip(N.timed_out_response(api, req, v), v)
+        r = roundtrip(T.timed_out_response(api, req, v), v)
         results = r.results if api == N.CREATE_PARTITIONS else r.responses
         assert [(x.name, x.error_code) for x in results] == [("x", E.REQUEST_TIMED_OUT)]
 
@@ -284,7 +285,7 @@ def _classic_group(h, group, topics, n=2, ptype="consumer"):
                                       member_id=x.member_id, assignment=b"")
                                       for x in joined]), 3)
     assert r.error_code == 0 and all(h.completion(f).error_code == 0 for f in followers)
-    assert h.shard.groups[group].state == classic.STABLE
+    assert h.shard.groups[group].state == STATE_STABLE
     return [r.member_id for r in joined], gen
 
 
@@ -312,7 +313,7 @@ def test_classic_groups_subscribed_to_a_changed_topic_rebalance(coord):
     new = old.with_topics(("orders", 9))
     results = _apply_change(h, old, new)
     assert len(results) == 1
-    assert h.shard.groups["a"].state == classic.PREPARING
+    assert h.shard.groups["a"].state == STATE_PREPARING
     assert [_heartbeat(h, "a", x, a_gen) for x in a_ids] == [E.REBALANCE_IN_PROGRESS] * 2
     # not subscribed to it, or not a consumer group: untouched
     assert [_heartbeat(h, "b", x, b_gen) for x in b_ids] == [0, 0]
@@ -418,15 +419,15 @@ async def _converge(coord, group, members, topics, state=None, rounds=12):
 
 def _fake_server(loop, coord, store, limits=ALLOW):
     """What catalog.create_partitions / delete_topics use of the Server."""
-    return types.SimpleNamespace(loop=loop, coordinator=coord, store=store,
+    return types.SimpleNamespace(loop=loop, shards=coord, store=store,
                                  config=types.SimpleNamespace(catalog_limits=limits),
                                  _topics_lock=asyncio.Lock())
 
 
 def _make(tmp_path, topics):
-    return Coordinator(RuntimeConfig(data_dir=str(tmp_path / "shards"), shards=2,
-                                     shard_config=ShardConfig(
-                                         consumer_assignment_interval_ms=0)), topics=topics)
+    return ShardSet(RuntimeConfig(data_dir=str(tmp_path / "shards"), shards=2,
+                                  shard_config=ShardConfig(
+                                      consumer_assignment_interval_ms=0)), topics=topics)
 
 
 def _fetch(group, topic, parts):

@@ -317,11 +317,11 @@ def test_every_answer_the_runtime_gives_a_shape_carries_its_code():
 
 
 def test_a_shape_through_the_runtime_coordinator(tmp_path):
-    from groupcoord.runtime import Coordinator, RuntimeConfig
+    from groupcoord.runtime import RuntimeConfig, ShardSet
 
     async def go():
-        coord = Coordinator(RuntimeConfig(data_dir=str(tmp_path), shards=3,
-                                          fsync="unsafe-no-fsync", shard_config=CFG))
+        coord = ShardSet(RuntimeConfig(data_dir=str(tmp_path), shards=3,
+                                       fsync="unsafe-no-fsync", shard_config=CFG))
         shape = shape_of(big_commit(n=100_000))
         # not loaded yet: the runtime answers the shape itself, with its state's error
         assert offsets.shape_code(coord.submit_nowait(shape, 8)) == E.NOT_COORDINATOR

@@ -9,7 +9,8 @@ import pytest
 from coord_drivers import classic_join, classic_leave, committed, connect_hb
 import coord_drivers as drivers
 from coord_harness import Parked
-from groupcoord.groups import admin, consumer
+from groupcoord.groups import admin
+from groupcoord.groups.consumer import group as consumer
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.records import decode_record, encode_record
 from groupcoord.groups.result import TimerKey

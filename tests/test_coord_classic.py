@@ -11,12 +11,13 @@ import random
 import pytest
 
 from coord_harness import Parked
-from groupcoord.groups import classic
-from groupcoord.groups.classic import ClassicGroup
+from groupcoord.groups.classic import group as classic_group
+from groupcoord.groups.classic.group import ClassicGroup
+from groupcoord.groups.classic.rebalance import select_protocol
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.group import Group
 from groupcoord.groups.record_types import RecordType
-from groupcoord.groups.result import ParkKey
+from groupcoord.groups.result import ParkKey, TimerKey
 from groupcoord.protocol import decode, encode
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -409,12 +410,12 @@ def test_superseded_join_is_answered(client):
 
 # ------------------------------------------------------------------ protocol selection
 def _members(*lists):
-    return [classic.Member("m%d" % i, protocols=tuple((n, b"") for n in names))
+    return [classic_group.Member("m%d" % i, protocols=tuple((n, b"") for n in names))
             for i, names in enumerate(lists)]
 
 
 def test_select_protocol_votes_preferences_and_ties():
-    sel = classic._select_protocol
+    sel = select_protocol
     assert sel(_members(["a", "b"], ["b", "a"], ["b"])) == "b"        # b is the only common
     assert sel(_members(["a", "b"], ["a", "b"], ["b", "a"])) == "a"   # 2 votes to 1
     assert sel(_members(["b", "a"], ["a", "b"])) == "a"               # tie: sorts first
@@ -791,12 +792,12 @@ def test_static_member_joins_directly_and_is_replaced_in_stable(client):
         m.LeaveGroupRequestMemberIdentity(member_id=s, group_instance_id="i1")]), 3)
     assert lr.members[0].error_code == E.FENCED_INSTANCE_ID
     assert g.validate_offset_commit(s, "i1", gen, 8) == E.FENCED_INSTANCE_ID
-    assert classic.check_member(g, s, "i1") == E.FENCED_INSTANCE_ID
-    assert classic.check_member(g, r.member_id, "i1") == 0
+    assert classic_group.check_member(g, s, "i1") == E.FENCED_INSTANCE_ID
+    assert classic_group.check_member(g, r.member_id, "i1") == 0
     # the new id works
     assert hb(c, r.member_id, gen, instance="i1") == 0
     assert c.h.shard.timers.keys("g").count(
-        classic.TimerKey(classic.SESSION, "g", s)) == 0
+        TimerKey(classic_group.SESSION, "g", s)) == 0
 
 
 def test_static_leader_replacement_skips_assignment_at_v9(client):
@@ -991,12 +992,12 @@ def test_describe_and_list_per_state(client):
 
 # ------------------------------------------------------------------------------ offsets
 def test_validate_offset_commit():
-    g = classic.new_empty_group("x")
+    g = classic_group.new_empty_group("x")
     assert (g.state_name(), g.generation, g.protocol_type(), g.snapshot(True)) == \
         ("Empty", 0, "", None)
     assert g.validate_offset_commit("", None, -1, 8) == 0
     assert g.validate_offset_commit("m", None, 1, 8) == E.UNKNOWN_MEMBER_ID
-    g.members["m"] = classic.Member("m", instance_id="i")
+    g.members["m"] = classic_group.Member("m", instance_id="i")
     g.static_members["i"] = "m"
     g.generation = 3
     g.state = "Stable"

@@ -13,8 +13,9 @@ import pytest
 
 from groupcoord.assign.connect import (LOST, IcaState, connect_units, incremental_cooperative,
                                        to_wire)
-from groupcoord.groups import connect
-from groupcoord.groups import reconcile as rc
+from groupcoord.groups.connect import group as connect
+from groupcoord.groups.connect.selection import select_assignor
+from groupcoord.groups.modern import reconcile as rc
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import Result, TimerKey
@@ -476,10 +477,10 @@ def test_assignor_selection_votes_in_precedence_order(coord):
     h.send(hb("W1", 0, assignors=[asg(), eager]))
     h.send(hb("W2", 0, assignors=[eager, asg()]))
     h.send(hb("W3", 0, assignors=[eager, asg()]))
-    assert connect.select_assignor(h.shard.group("g").members) == ("eager", None)
+    assert select_assignor(h.shard.group("g").members) == ("eager", None)
     h.send(hb("W3", -1))
     # One vote each: the tie goes to the first choice of the lowest member id (W1).
-    assert connect.select_assignor(h.shard.group("g").members) == (ICA, None)
+    assert select_assignor(h.shard.group("g").members) == (ICA, None)
 
 
 def test_non_connect_group_is_not_found(coord):

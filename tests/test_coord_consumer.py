@@ -9,7 +9,7 @@ import pytest
 
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.group import Group
-from groupcoord.groups.reconcile import STABLE, UNRELEASED, UNREVOKED
+from groupcoord.groups.modern.reconcile import STABLE, UNRELEASED, UNREVOKED
 from groupcoord.groups.result import TimerKey, is_durable
 from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol import messages as m

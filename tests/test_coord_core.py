@@ -2,7 +2,7 @@
 shard dispatch and error responses."""
 import pytest
 
-from groupcoord.groups import reconcile as rc
+from groupcoord.groups.modern import reconcile as rc
 from groupcoord.groups.ids import generated_id
 from groupcoord.groups.result import Result, TimerKey
 from groupcoord.groups.shard import Shard, error_response

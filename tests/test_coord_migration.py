@@ -5,10 +5,10 @@ members; every test ends with a replay-equality check (fresh shard from the log 
 """
 from coord_harness import Parked
 
-from groupcoord.groups.classic import ClassicGroup
+from groupcoord.groups.classic.group import ClassicGroup
 from groupcoord.groups.config import ShardConfig
-from groupcoord.groups.consumer import ConsumerGroup
-from groupcoord.groups.reconcile import STABLE, UNRELEASED
+from groupcoord.groups.consumer.group import ConsumerGroup
+from groupcoord.groups.modern.reconcile import STABLE, UNRELEASED
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m

@@ -1,12 +1,12 @@
 """Online migration between classic Connect groups and connect worker groups
-(src/groupcoord/groups/migration_connect.py; docs/coordinator-migration.md "Connect groups").
+(src/groupcoord/groups/connect/migration.py, connect/classic_members.py; docs/coordinator-migration.md "Connect groups").
 
 Every step runs through the ``coord`` harness (purity, one holder per connector/task, replay of
 the durable log at teardown). Notation as test_coord_connect.py: AC0 = connector A, AT1/AT2 its
 tasks 0/1, BC0/BT1 connector B and its task 0.
 """
-from groupcoord.groups import connect
-from groupcoord.groups import reconcile as rc
+from groupcoord.groups.connect import group as connect
+from groupcoord.groups.modern import reconcile as rc
 from groupcoord.groups.result import TimerKey
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m

@@ -7,7 +7,7 @@ import re
 from groupcoord.codegen.schema import load_all
 from groupcoord.groups import registry
 from groupcoord.protocol import api_keys as K
-from groupcoord.runtime import coordinator as rt
+from groupcoord.runtime import shards as rt
 
 SCHEMAS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "src", "groupcoord", "protocol", "schemas")

@@ -12,7 +12,8 @@ import pytest
 
 from coord_drivers import classic_leave, commit, committed, connect_hb
 import coord_drivers as drivers
-from groupcoord.groups import connect, offsets
+from groupcoord.groups import offsets
+from groupcoord.groups.connect import group as connect
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.records import decode_record, encode_record
 from groupcoord.groups.result import TimerKey

@@ -10,7 +10,7 @@ from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
-from groupcoord.server import node as N
+from groupcoord.server import topic_admin as T
 from groupcoord.server.catalog import CatalogError
 from groupcoord.server.main import parse_group_config
 
@@ -256,24 +256,24 @@ def _ct(*specs):
 
 
 def test_create_topics_is_disabled_by_default():
-    resp, new = N.plan_create_topics(_ct(("fresh", 3)), 7, TOPICS)
+    resp, new = T.plan_create_topics(_ct(("fresh", 3)), 7, TOPICS)
     (t,) = resp.topics
     assert t.error_code == E.POLICY_VIOLATION and "--allow-create-topics" in t.error_message
     assert new is None
 
 
 def test_create_topics_beyond_the_catalog_limits_is_refused_per_topic():
-    lim = N.CatalogLimits(allow_create_topics=True, max_topics=3, max_partitions=20)
-    resp, new = N.plan_create_topics(_ct(("a", 4), ("b", 100), ("c", 4), ("d", 1)), 7,
+    lim = T.CatalogLimits(allow_create_topics=True, max_topics=3, max_partitions=20)
+    resp, new = T.plan_create_topics(_ct(("a", 4), ("b", 100), ("c", 4), ("d", 1)), 7,
                                      TOPICS, lim)
     got = {t.name: (t.error_code, t.error_message) for t in resp.topics}
     assert got["a"][0] == 0 and got["c"][0] == 0
     assert got["b"][0] == E.POLICY_VIOLATION and "--max-partitions" in got["b"][1]
     assert got["d"][0] == E.POLICY_VIOLATION and "--max-topics" in got["d"][1]
     assert sorted(t.name for t in new) == ["a", "c", "orders"]
-    assert N.check_catalog_limits(new, lim) is None
-    assert "--max-topics" in N.check_catalog_limits(new, lim._replace(max_topics=2))
-    assert "--max-partitions" in N.check_catalog_limits(new, lim._replace(max_partitions=13))
+    assert T.check_catalog_limits(new, lim) is None
+    assert "--max-topics" in T.check_catalog_limits(new, lim._replace(max_topics=2))
+    assert "--max-partitions" in T.check_catalog_limits(new, lim._replace(max_partitions=13))
 
 
 @pytest.mark.integration          # a `groupcoord serve` child

@@ -8,12 +8,12 @@ import msgspec
 import pytest
 import uvloop
 
-from groupcoord.groups import consumer
+from groupcoord.groups.consumer import target as consumer
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
-from groupcoord.runtime import Coordinator, RuntimeConfig, ShardState, java_string_hash, shard_for
+from groupcoord.runtime import RuntimeConfig, ShardSet, ShardState, java_string_hash, shard_for
 from groupcoord.runtime import shard_runtime
 from groupcoord.storage import Log
 
@@ -37,8 +37,8 @@ def make(tmp_path, shards=4, **kw):
     # Assignment batching off: these tests check durability and restarts of exact sequences.
     shard_config = kw.pop("shard_config", ShardConfig(consumer_assignment_interval_ms=0))
     topics = kw.pop("topics", TOPICS)
-    return Coordinator(RuntimeConfig(data_dir=str(tmp_path), shards=shards,
-                                     shard_config=shard_config, **kw), topics=topics)
+    return ShardSet(RuntimeConfig(data_dir=str(tmp_path), shards=shards,
+                                  shard_config=shard_config, **kw), topics=topics)
 
 
 def cg_hb(group, member, epoch, topics=("orders",), **kw):
@@ -73,7 +73,7 @@ def assigned(resp):
         (t.topic_id, p) for t in a.topic_partitions for p in t.partitions)
 
 
-async def converge(coord, group, members, topics=("orders",), rounds=10):
+async def converge(shards, group, members, topics=("orders",), rounds=10):
     """Heartbeat every member until nobody's assignment changes; -> member -> (epoch, parts)."""
     state = {mid: (0, []) for mid in members}
     for _ in range(rounds):
@@ -82,7 +82,7 @@ async def converge(coord, group, members, topics=("orders",), rounds=10):
             epoch, parts = state[mid]
             owned = [m.ConsumerGroupHeartbeatRequestTopicPartitions(topic_id=t, partitions=[p])
                      for t, p in parts]
-            r = await coord.submit(cg_hb(group, mid, epoch, topics, topic_partitions=owned),
+            r = await shards.submit(cg_hb(group, mid, epoch, topics, topic_partitions=owned),
                                    1)
             assert r.error_code == 0, r
             new = assigned(r)

@@ -1,4 +1,4 @@
-"""Crash test through the runtime with a real child process: the child runs a Coordinator
+"""Crash test through the runtime with a real child process: the child runs a ShardSet
 (4 shards, fsync on) and keeps many offset commits and consumer-group joins/leaves in flight,
 printing each commit only after its response came back (= acknowledged, durable). The parent
 SIGKILLs it at random (seeded, printed) moments, restarts it on the same data directory a
@@ -21,7 +21,7 @@ from groupcoord.groups.records import decode_record
 from groupcoord.groups.shard import Shard
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
-from groupcoord.runtime import Coordinator, RuntimeConfig
+from groupcoord.runtime import RuntimeConfig, ShardSet
 from groupcoord.storage import Log
 
 GROUPS, PARTS = 12, 4
@@ -30,7 +30,7 @@ CHILD = textwrap.dedent("""
     import asyncio, random, sys
     from groupcoord.groups.topics import TopicCatalog
     from groupcoord.protocol import messages as m
-    from groupcoord.runtime import Coordinator, RuntimeConfig
+    from groupcoord.runtime import RuntimeConfig, ShardSet
 
     d, seed, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     GROUPS, PARTS = %d, %d
@@ -61,9 +61,9 @@ CHILD = textwrap.dedent("""
                     member_id=mid, member_epoch=-1), 1)
 
     async def main():
-        c = Coordinator(RuntimeConfig(data_dir=d, shards=4, segment_bytes=64 << 10,
-                                      compact_min_dirty_bytes=64 << 10),
-                        topics=TopicCatalog.of(t=PARTS))
+        c = ShardSet(RuntimeConfig(data_dir=d, shards=4, segment_bytes=64 << 10,
+                                   compact_min_dirty_bytes=64 << 10),
+                     topics=TopicCatalog.of(t=PARTS))
         await c.start()
         print("ready", flush=True)
         r = random.Random(seed)
@@ -85,7 +85,7 @@ def _read_lines(proc, acked, sent):
 
 
 async def _recovered(d):
-    c = Coordinator(RuntimeConfig(data_dir=d, shards=4), topics=TopicCatalog.of(t=PARTS))
+    c = ShardSet(RuntimeConfig(data_dir=d, shards=4), topics=TopicCatalog.of(t=PARTS))
     await c.start()
     out = {}
     for g in range(GROUPS):

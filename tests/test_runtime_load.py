@@ -152,7 +152,7 @@ def test_load_equals_naive_replay_on_recorded_traffic(traffic, tmp_path):
                     same_state(got, naive(config, topics, lg), TS)
                 # Compaction changes nothing replay can see, whether it keeps tombstones or
                 # drops them (a conversion's classic tombstone dropped leaves the offsets'
-                # group to be replaced by the new type: classic.is_offsets_only).
+                # group to be replaced by the new type: classic/group.py's is_offsets_only).
                 assert naive(config, topics, lg).snapshot(durable=True) == before
         except AssertionError as exc:
             raise AssertionError("%s, %s (seed %d): %s" % (name, stage, seed, exc)) from exc

@@ -1,5 +1,5 @@
 """Offsets retention across kill -9, through the runtime with a real child process (the style
-of tests/test_runtime_crash.py): the child runs a Coordinator, commits offsets to a simple
+of tests/test_runtime_crash.py): the child runs a ShardSet, commits offsets to a simple
 group and to a KIP-848 consumer group whose member subscribes to topic "t" only, prints what
 was acknowledged, and is SIGKILLed. The parent then loads the same data directory in-process
 and checks that
@@ -26,7 +26,7 @@ from groupcoord.groups.result import TimerKey
 from groupcoord.groups.shard import Shard
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
-from groupcoord.runtime import Coordinator, RuntimeConfig
+from groupcoord.runtime import RuntimeConfig, ShardSet
 from groupcoord.runtime.shard_runtime import wall_clock_ms
 from groupcoord.storage import Log
 
@@ -39,7 +39,7 @@ CHILD = textwrap.dedent("""
     from groupcoord.groups.config import ShardConfig
     from groupcoord.groups.topics import TopicCatalog
     from groupcoord.protocol import messages as m
-    from groupcoord.runtime import Coordinator, RuntimeConfig
+    from groupcoord.runtime import RuntimeConfig, ShardSet
 
     d, retention, interval, wait = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
@@ -55,7 +55,7 @@ CHILD = textwrap.dedent("""
         return r.topics[0].partitions[0].committed_offset
 
     async def main():
-        c = Coordinator(RuntimeConfig(data_dir=d, shards=%d, shard_config=ShardConfig(
+        c = ShardSet(RuntimeConfig(data_dir=d, shards=%d, shard_config=ShardConfig(
             offsets_retention_ms=retention, offsets_retention_check_interval_ms=interval)),
             topics=TopicCatalog.of(t=2))
         await c.start()
@@ -104,8 +104,8 @@ def run_child(d, retention, interval, wait):
             p.wait()
 
 
-def coordinator(d, interval, skew_ms=0, retention=HOUR):
-    return Coordinator(RuntimeConfig(data_dir=d, shards=SHARDS, shard_config=ShardConfig(
+def shard_set(d, interval, skew_ms=0, retention=HOUR):
+    return ShardSet(RuntimeConfig(data_dir=d, shards=SHARDS, shard_config=ShardConfig(
         offsets_retention_ms=retention, offsets_retention_check_interval_ms=interval)),
         topics=TopicCatalog.of(**TOPICS), clock=lambda: wall_clock_ms() + skew_ms)
 
@@ -142,7 +142,7 @@ def test_offsets_expired_before_a_kill9_stay_expired(tmp_path):
 
     async def go():
         # Retention and check an hour away: nothing here can expire anything.
-        c = coordinator(d, interval=HOUR)
+        c = shard_set(d, interval=HOUR)
         await c.start()
         try:
             got = await state(c)
@@ -160,7 +160,7 @@ def test_offsets_due_while_down_expire_soon_after_start(tmp_path):
     run_child(d, retention=HOUR, interval=HOUR, wait="committed")
 
     async def go():
-        c = coordinator(d, interval=200, skew_ms=2 * HOUR)      # two hours later
+        c = shard_set(d, interval=200, skew_ms=2 * HOUR)      # two hours later
         await c.start()
         try:
             loaded_at = c.clock()
@@ -176,7 +176,7 @@ def test_offsets_due_while_down_expire_soon_after_start(tmp_path):
         finally:
             await c.close()
         # Loaded again with no check possible: the expiry was written, not only applied.
-        c = coordinator(d, interval=HOUR, skew_ms=2 * HOUR)
+        c = shard_set(d, interval=HOUR, skew_ms=2 * HOUR)
         await c.start()
         try:
             again = await state(c)

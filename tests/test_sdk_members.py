@@ -24,7 +24,7 @@ from groupcoord.client.members_consumer_state import (JOINING, LEFT, STABLE, UNJ
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result)
 from groupcoord.groups.config import ShardConfig
-from groupcoord.groups.reconcile import STABLE as MEMBER_STABLE, UNREVOKED
+from groupcoord.groups.modern.reconcile import STABLE as MEMBER_STABLE, UNREVOKED
 from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E

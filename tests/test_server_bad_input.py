@@ -11,7 +11,7 @@ import pytest
 
 import groupcoord.protocol as P
 from server_client import WireClient
-from server_fixtures import LOOPS, join_request, make_coordinator, raw_frame, run_on, serving
+from server_fixtures import LOOPS, join_request, make_shards, raw_frame, run_on, serving
 from waiting import until
 
 M = P.messages
@@ -99,10 +99,10 @@ def _warnings(caplog):
 def test_bad_input_closes_that_connection_only(case, loop_kind, tmp_path, caplog):
     make, what = CLOSING_CASES[case]
     caplog.set_level(logging.INFO, logger="groupcoord.server")
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord, max_frame_bytes=1024) as srv:
+        async with serving(shards, max_frame_bytes=1024) as srv:
             live, mid, gen = await _live_pair(srv)
             bad = await WireClient.connect(*srv.address)
             bad.send_raw(make())
@@ -120,10 +120,10 @@ def test_bad_input_closes_that_connection_only(case, loop_kind, tmp_path, caplog
 
 def test_truncated_frame_then_close(loop_kind, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="groupcoord.server")
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             live, mid, gen = await _live_pair(srv)
             bad = await WireClient.connect(*srv.address)
             frame = P.encode_request_frame(M.ApiVersionsRequest(), 3, 1)
@@ -146,10 +146,10 @@ def test_truncated_frame_then_close(loop_kind, tmp_path, caplog):
 def test_malformed_body_with_readable_header_is_answered_invalid_request(loop_kind, tmp_path,
                                                                           caplog):
     caplog.set_level(logging.INFO, logger="groupcoord.server")
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             # JoinGroup v5 whose group id string claims 200 bytes that are not there
             c.send_raw(raw_frame(11, 5, 41, b"\x00\xc8abc"))
@@ -168,10 +168,10 @@ def test_malformed_body_with_readable_header_is_answered_invalid_request(loop_ki
 
 
 def test_a_lying_array_length_allocates_nothing(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             # DescribeGroups v0: groups array count 2^31-1 in a 4-byte body
             c.send_raw(raw_frame(15, 0, 9, b"\x7f\xff\xff\xff"))
@@ -182,10 +182,10 @@ def test_a_lying_array_length_allocates_nothing(loop_kind, tmp_path):
 
 def test_connection_flood_keeps_groups_alive(loop_kind, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="groupcoord.server")
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord, max_connections=40) as srv:
+        async with serving(shards, max_connections=40) as srv:
             live, mid, gen = await _live_pair(srv)
 
             async def one():

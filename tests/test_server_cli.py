@@ -294,7 +294,7 @@ def test_refused_connections_are_logged_at_most_once_a_second_with_their_count(c
         def __init__(self, peer):
             self.peer = peer
     caplog.set_level(logging.WARNING, logger="groupcoord.server")
-    srv = Server(ServerConfig(max_connections=1), coordinator=None)
+    srv = Server(ServerConfig(max_connections=1), shards=None)
     srv.loop = clock = _Clock()
     assert srv._admit(SimpleNamespace(peer="a:1"))
     refused = lambda peer: srv._admit(SimpleNamespace(peer=peer))   # noqa: E731

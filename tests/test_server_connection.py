@@ -7,7 +7,7 @@ import pytest
 
 import groupcoord.protocol as P
 from server_client import WireClient
-from server_double import CoordinatorDouble
+from server_double import ShardSetDouble
 from server_fixtures import LOOPS, TOPICS, WriteCounter, run_on, serving
 
 M = P.messages
@@ -23,11 +23,11 @@ def hb(i):
 
 
 def test_slow_coordinator_keeps_request_order_with_node_apis(loop_kind):
-    coord = CoordinatorDouble(TOPICS)
-    coord.delay = 0.2
+    shards = ShardSetDouble(TOPICS)
+    shards.delay = 0.2
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             corrs = c.send_many([(hb(0), 4), (M.ApiVersionsRequest(), 3), (hb(1), 4),
                                  (M.MetadataRequest(topics=None), 12)])
@@ -41,11 +41,11 @@ def test_slow_coordinator_keeps_request_order_with_node_apis(loop_kind):
 
 
 def test_back_pressure_pauses_reading_and_loses_nothing(loop_kind):
-    coord = CoordinatorDouble(TOPICS)
-    coord.delay = 0.05
+    shards = ShardSetDouble(TOPICS)
+    shards.delay = 0.05
 
     async def go():
-        async with serving(coord, max_in_flight_per_connection=8) as srv:
+        async with serving(shards, max_in_flight_per_connection=8) as srv:
             c = await WireClient.connect(*srv.address)
             await c.call(M.ApiVersionsRequest(), 3)
             (conn,) = srv.connections
@@ -69,10 +69,10 @@ def test_back_pressure_pauses_reading_and_loses_nothing(loop_kind):
 
 
 def test_group_responses_completing_together_share_a_write(loop_kind):
-    coord = CoordinatorDouble(TOPICS)
+    shards = ShardSetDouble(TOPICS)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             await c.call(M.ApiVersionsRequest(), 3)
             (conn,) = srv.connections
@@ -85,16 +85,16 @@ def test_group_responses_completing_together_share_a_write(loop_kind):
     run_on(loop_kind, go)
 
 
-class FailingDouble(CoordinatorDouble):
+class FailingDouble(ShardSetDouble):
     async def submit(self, request, version, client_id="", client_host=""):
         raise RuntimeError("boom")
 
 
 def test_a_failing_submit_is_answered_unknown_server_error(loop_kind, caplog):
-    coord = FailingDouble(TOPICS)
+    shards = FailingDouble(TOPICS)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             assert (await c.call(hb(0), 4)).error_code == -1
             # OffsetCommit has no top-level error code: the connection is closed instead

@@ -1,4 +1,4 @@
-"""The server over real sockets on 127.0.0.1, with the real runtime Coordinator, on uvloop and
+"""The server over real sockets on 127.0.0.1, with the real runtime ShardSet, on uvloop and
 on the stock asyncio loop: ordering under pipelining, coalescing, the node APIs on the wire,
 held Fetch, CreateTopics persistence, connection limit, idle reaping, graceful shutdown."""
 import asyncio
@@ -10,11 +10,11 @@ import pytest
 import groupcoord.protocol as P
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.topics import topic_id_for
-from groupcoord.server import node as N
+from groupcoord.server import topic_admin as T
 from groupcoord.server.catalog import CatalogStore
 from server_client import WireClient
 from waiting import until
-from server_fixtures import (LOOPS, WriteCounter, join_request, make_coordinator, run_on,
+from server_fixtures import (LOOPS, WriteCounter, join_request, make_shards, run_on,
                              serving)
 
 M = P.messages
@@ -33,11 +33,11 @@ def fetch_req(topic="orders", wait=400, parts=(0,)):
 # ---------------------------------------------------------------------- ordering
 def test_held_join_holds_later_responses_of_its_connection_only(loop_kind, tmp_path):
     delay_ms = 700
-    coord = make_coordinator("real", tmp_path, shard_config=ShardConfig(
+    shards = make_shards("real", tmp_path, shard_config=ShardConfig(
         group_initial_rebalance_delay_ms=delay_ms))
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             a = await WireClient.connect(*srv.address)
             b = await WireClient.connect(*srv.address)
             first = await a.call(join_request(), 5)
@@ -64,10 +64,10 @@ def test_held_join_holds_later_responses_of_its_connection_only(loop_kind, tmp_p
 
 
 def test_pipelined_responses_are_coalesced_into_fewer_writes(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             await c.call(M.ApiVersionsRequest(), 3)
             (conn,) = srv.connections
@@ -92,10 +92,10 @@ def test_pipelined_responses_are_coalesced_into_fewer_writes(loop_kind, tmp_path
 
 # ---------------------------------------------------------------------- node APIs
 def test_api_versions_header_v0_and_unsupported_version(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             for v in (0, 3, 4):
                 corr = c.send(M.ApiVersionsRequest(client_software_name="t",
@@ -120,10 +120,10 @@ def test_api_versions_header_v0_and_unsupported_version(loop_kind, tmp_path):
 
 
 def test_metadata_find_coordinator_list_offsets_produce_on_the_wire(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             host, port = srv.address
             c = await WireClient.connect(host, port)
             tid = topic_id_for("orders")
@@ -158,10 +158,10 @@ def test_metadata_find_coordinator_list_offsets_produce_on_the_wire(loop_kind, t
 
 
 def test_fetch_is_held_for_max_wait_while_other_connections_are_served(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             a = await WireClient.connect(*srv.address)
             b = await WireClient.connect(*srv.address)
             t0 = time.monotonic()
@@ -194,9 +194,9 @@ def test_fetch_is_held_for_max_wait_while_other_connections_are_served(loop_kind
 def test_create_topics_then_metadata_and_it_survives_a_restart(loop_kind, tmp_path):
     async def go():
         store = CatalogStore(str(tmp_path))
-        coord = make_coordinator("real", tmp_path, topics=store.load())
-        async with serving(coord, store=store, data_dir=str(tmp_path),
-                           catalog_limits=N.CatalogLimits(allow_create_topics=True)) as srv:
+        shards = make_shards("real", tmp_path, topics=store.load())
+        async with serving(shards, store=store, data_dir=str(tmp_path),
+                           catalog_limits=T.CatalogLimits(allow_create_topics=True)) as srv:
             c = await WireClient.connect(*srv.address)
             req = M.CreateTopicsRequest(topics=[
                 M.CreateTopicsRequestCreatableTopic(name="fresh", num_partitions=4,
@@ -210,13 +210,13 @@ def test_create_topics_then_metadata_and_it_survives_a_restart(loop_kind, tmp_pa
             assert again.topics[0].error_code == 36
             meta = await c.call(M.MetadataRequest(topics=None), 12)
             assert {t.name: len(t.partitions) for t in meta.topics} == {"fresh": 4}
-            assert coord.topics.by_name["fresh"].partitions == 4
+            assert shards.topics.by_name["fresh"].partitions == 4
             cluster_id = meta.cluster_id
             await c.close()
-        # restart: a new coordinator + server on the same data dir
+        # restart: a new ShardSet + server on the same data dir
         store2 = CatalogStore(str(tmp_path))
-        coord2 = make_coordinator("real", tmp_path, topics=store2.load())
-        async with serving(coord2, store=store2, data_dir=str(tmp_path)) as srv:
+        shards2 = make_shards("real", tmp_path, topics=store2.load())
+        async with serving(shards2, store=store2, data_dir=str(tmp_path)) as srv:
             c = await WireClient.connect(*srv.address)
             meta = await c.call(M.MetadataRequest(topics=None), 12)
             assert {t.name: len(t.partitions) for t in meta.topics} == {"fresh": 4}
@@ -227,11 +227,11 @@ def test_create_topics_then_metadata_and_it_survives_a_restart(loop_kind, tmp_pa
 
 # ---------------------------------------------------------------------- limits
 def test_connection_limit(loop_kind, tmp_path, caplog):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
     caplog.set_level(logging.WARNING, logger="groupcoord.server")
 
     async def go():
-        async with serving(coord, max_connections=3) as srv:
+        async with serving(shards, max_connections=3) as srv:
             live = [await WireClient.connect(*srv.address) for _ in range(3)]
             for c in live:
                 assert (await c.call(M.ApiVersionsRequest(), 3)).error_code == 0
@@ -253,10 +253,10 @@ def test_connection_limit(loop_kind, tmp_path, caplog):
 
 
 def test_idle_connections_are_reaped_but_not_those_waiting(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path)
+    shards = make_shards("real", tmp_path)
 
     async def go():
-        async with serving(coord, connections_max_idle_ms=300) as srv:
+        async with serving(shards, connections_max_idle_ms=300) as srv:
             idle = await WireClient.connect(*srv.address)
             busy = await WireClient.connect(*srv.address)
             await idle.call(M.ApiVersionsRequest(), 3)
@@ -269,11 +269,11 @@ def test_idle_connections_are_reaped_but_not_those_waiting(loop_kind, tmp_path):
 
 
 def test_graceful_shutdown_answers_parked_requests_then_closes(loop_kind, tmp_path):
-    coord = make_coordinator("real", tmp_path, shard_config=ShardConfig(
+    shards = make_shards("real", tmp_path, shard_config=ShardConfig(
         group_initial_rebalance_delay_ms=60_000))
 
     async def go():
-        async with serving(coord, shutdown_grace_ms=300) as srv:
+        async with serving(shards, shutdown_grace_ms=300) as srv:
             c = await WireClient.connect(*srv.address)
             mid = (await c.call(join_request(), 5)).member_id
             cj = c.send(join_request(member_id=mid), 5)        # parked for a minute

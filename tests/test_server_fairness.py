@@ -24,8 +24,8 @@ from groupcoord.server.flow import LOG_INTERVAL, SMALL_FRAME_BYTES, RequestBytes
 from groupcoord.server.metadata_cache import (INLINE_PARTITIONS, MetadataCache,
                                               response_frame)
 from server_client import WireClient
-from server_double import CoordinatorDouble
-from server_fixtures import LOOPS, make_coordinator, run_on, serving
+from server_double import ShardSetDouble
+from server_fixtures import LOOPS, make_shards, run_on, serving
 from waiting import until
 
 M = P.messages
@@ -235,12 +235,12 @@ def _report(what, lat):
 @pytest.mark.parametrize("reads", [False, True], ids=["reads-later", "reads"])
 def test_a_metadata_pipelining_hog_stays_bounded_and_the_probe_is_answered(loop_kind, reads):
     # Metadata(all) answers of ~52 KB to 23-byte requests, as in issue 16.
-    coord = CoordinatorDouble(catalog(1, 1700))
+    shards = ShardSetDouble(catalog(1, 1700))
     n_req = 10_000
     bound = 256 << 10
 
     async def go():
-        async with serving(coord, max_queued_response_bytes=bound,
+        async with serving(shards, max_queued_response_bytes=bound,
                            write_buffer_high=64 << 10) as srv:
             baseline = await _probe(srv, 20)
             # A small stream limit: once 128 KiB are unread the hog's socket stops reading.
@@ -301,11 +301,11 @@ def test_a_metadata_pipelining_hog_stays_bounded_and_the_probe_is_answered(loop_
 
 
 def test_one_connection_takes_a_bounded_number_of_frames_per_turn(loop_kind):
-    coord = CoordinatorDouble(catalog(1, 3))
+    shards = ShardSetDouble(catalog(1, 3))
     per_turn = 16
 
     async def go():
-        async with serving(coord, requests_per_turn=per_turn) as srv:
+        async with serving(shards, requests_per_turn=per_turn) as srv:
             loop = asyncio.get_running_loop()
             turn = 0
             ticking = True
@@ -369,7 +369,7 @@ def test_partial_frames_are_capped_across_connections_and_released_on_close(loop
     n_hogs = 10
 
     async def go():
-        async with serving(CoordinatorDouble(catalog(1, 3)), queued_max_request_bytes=cap,
+        async with serving(ShardSetDouble(catalog(1, 3)), queued_max_request_bytes=cap,
                            max_frame_bytes=8 << 20) as srv:
             pool = srv.request_pool
             hogs = []
@@ -430,10 +430,10 @@ def test_partial_frames_are_capped_across_connections_and_released_on_close(loop
 
 def test_metadata_for_a_big_catalog_on_the_wire_leaves_the_probe_answered(loop_kind):
     # A Metadata(all) flood (8 requests per write, as in issue 16) over 1M partitions.
-    coord = CoordinatorDouble(catalog(1000, 1000))
+    shards = ShardSetDouble(catalog(1000, 1000))
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             for _ in range(3):
                 c.send_many([(M.MetadataRequest(topics=None), 12)] * 8)
@@ -488,12 +488,12 @@ def decoded(monkeypatch):
 @pytest.mark.parametrize("kind", ["double", "real"])
 def test_a_million_partition_commit_is_refused_whole_without_being_decoded(kind, tmp_path,
                                                                             decoded, loop_kind):
-    coord = make_coordinator(kind, tmp_path)
+    shards = make_shards(kind, tmp_path)
     n = 1_000_000
     frames = {v: _commit_frame(n, v, 100 + v) for v in (7, 8)}
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             for version, frame in frames.items():
                 # pipelined behind it: answered after it, in request order
@@ -519,11 +519,11 @@ def test_a_million_partition_commit_is_refused_whole_without_being_decoded(kind,
 @pytest.mark.parametrize("kind", ["double", "real"])
 def test_a_big_commit_of_a_member_the_group_refuses_gets_the_groups_error(kind, tmp_path,
                                                                            decoded, loop_kind):
-    coord = make_coordinator(kind, tmp_path)
+    shards = make_shards(kind, tmp_path)
     n = 100_000                            # a 1.8 MB frame: over message.max.bytes
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             hb = await c.call(M.ConsumerGroupHeartbeatRequest(
                 group_id="cg", member_id="m1", member_epoch=0, rebalance_timeout_ms=10_000,
@@ -546,11 +546,11 @@ def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_pat
                                                                           loop_kind):
     # 2 MB of metadata over offset.metadata.max.bytes: a frame over message.max.bytes whose
     # records fit; the per-partition answers only the handler gives.
-    coord = CoordinatorDouble(catalog(1, 3))
+    shards = ShardSetDouble(catalog(1, 3))
     big = "m" * 200_000
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             req = M.OffsetCommitRequest(group_id="fits", topics=[M.OffsetCommitRequestTopic(
                 name="good", partitions=[M.OffsetCommitRequestPartition(
@@ -571,14 +571,14 @@ def test_a_big_frame_whose_commit_fits_is_decoded_and_committed_as_usual(tmp_pat
 
 def test_a_malformed_big_commit_closes_the_connection_as_a_decoded_one_would(decoded,
                                                                               loop_kind):
-    coord = CoordinatorDouble(catalog(1, 3))
+    shards = ShardSetDouble(catalog(1, 3))
     frame = bytearray(_commit_frame(100_000, 8, 5, metadata="ok"))
     at = len(frame) - 4                    # the last partition's metadata: "ok" -> "o\xff"
     assert frame[at - 1:at + 1] == b"ok"
     frame[at] = 0xFF
 
     async def go():
-        async with serving(coord) as srv:
+        async with serving(shards) as srv:
             c = await WireClient.connect(*srv.address)
             first = c.send(M.ApiVersionsRequest(), 3)
             c.send_raw(bytes(frame))

@@ -1,15 +1,17 @@
-"""Node-level APIs (server/node.py) as pure functions: every answer at every version must also
-encode (the codec is strict about fields a version cannot carry)."""
+"""Node-level APIs (server/node.py, server/topic_admin.py) as pure functions: every answer at
+every version must also encode (the codec is strict about fields a version cannot carry)."""
 import pytest
 
 import groupcoord.protocol as P
+from groupcoord.groups.limits import validate_topic_name
 from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
+from groupcoord.server import topic_admin as T
 
 M = P.messages
 CAT = TopicCatalog.of(orders=3, payments=1)
-ALLOW = N.CatalogLimits(allow_create_topics=True)       # CreateTopics is off by default
+ALLOW = T.CatalogLimits(allow_create_topics=True)       # CreateTopics is off by default
 RANGES = N.node_api_ranges(P.supported_versions(), lambda k: k in (11, 12, 13, 14))
 NODE = N.NodeState("broker.example", 9999, "cluster-xyz", lambda: CAT, RANGES)
 
@@ -227,7 +229,7 @@ def _ct(*topics, validate_only=False):
 def test_create_topics(v):
     req = _ct(("new", 4, 1), ("orders", 3, 1), ("zero", 0, 1), ("bad name!", 1, 1),
               ("rf3", 1, 3), ("dflt", -1, -1))
-    resp, cat = N.plan_create_topics(req, v, CAT, ALLOW)
+    resp, cat = T.plan_create_topics(req, v, CAT, ALLOW)
     resp = roundtrip(resp, v)
     codes = {t.name: t.error_code for t in resp.topics}
     assert codes["new"] == 0
@@ -245,9 +247,9 @@ def test_create_topics(v):
 
 
 def test_create_topics_validate_only_and_duplicates():
-    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), validate_only=True), 7, CAT, ALLOW)
+    resp, cat = T.plan_create_topics(_ct(("x", 2, 1), validate_only=True), 7, CAT, ALLOW)
     assert resp.topics[0].error_code == 0 and cat is None
-    resp, cat = N.plan_create_topics(_ct(("x", 2, 1), ("x", 2, 1)), 7, CAT, ALLOW)
+    resp, cat = T.plan_create_topics(_ct(("x", 2, 1), ("x", 2, 1)), 7, CAT, ALLOW)
     assert [t.error_code for t in resp.topics] == [42, 42] and cat is None
 
 
@@ -255,7 +257,7 @@ def test_create_topics_validate_only_and_duplicates():
                                      ("..", False), ("x" * 249, True), ("x" * 250, False),
                                      ("é", False), ("a b", False)])
 def test_topic_name_rules(name, ok):
-    assert (N.validate_topic_name(name) is None) == ok
+    assert (validate_topic_name(name) is None) == ok
 
 
 # ---------------------------------------------------------------------- generic errors

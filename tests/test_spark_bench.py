@@ -1,6 +1,7 @@
-"""spark_bench: the batched native API against the per-group API, reproducible generation,
-hand-checked metrics of every workload, the never-owned-twice check, and the Spark path
-(mapInArrow) against the plain single-process loop.
+"""spark_bench: reproducible generation, hand-checked metrics of every workload, the
+never-owned-twice check, and the Spark path (mapInArrow) against the plain single-process
+loop. The many-groups API it runs on (groupcoord.assign.many) has its own tests:
+tests/test_assign_many.py.
 
 Tests marked ``spark`` share one local SparkSession (session scope: starting the JVM costs
 seconds); the others need no Spark.
@@ -13,11 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from groupcoord.assign import batch as B
-from groupcoord.assign import client as CL
-from groupcoord.assign import connect as CN
-from groupcoord.assign import consumer as CS
-from groupcoord.assign import kernels as K
+from groupcoord.assign import many as B
 
 from spark_bench import gen, simulate as S, workloads as W
 from spark_bench.gen import Group
@@ -37,156 +34,6 @@ def spark():
                    conf={"spark.sql.shuffle.partitions": "2"})
     yield s
     s.stop()
-
-
-# ------------------------------------------------------------------------------ batched API
-
-def _consumer_batch(rng, G):
-    """G random consumer groups: (ppt, topic_off, sub_indptr, subs, member_off, current)
-    plus the per-group pieces."""
-    groups = []
-    for _ in range(G):
-        T = int(rng.integers(0, 5))
-        M = int(rng.integers(0, 7))
-        ppt = rng.integers(0, 9, size=T).astype(np.int32)
-        subs = [np.unique(rng.integers(0, T, size=int(rng.integers(0, T + 1))))
-                if T else np.zeros(0, np.int64) for _ in range(M)]
-        if M and T and rng.random() < 0.5:          # homogeneous half of the time
-            subs = [np.arange(T)] * M
-        sip = B.offsets([len(s) for s in subs])
-        sv = (np.concatenate(subs) if subs else np.zeros(0)).astype(np.int32)
-        n = int(ppt.sum())
-        cur = rng.integers(-2, max(M, 1) + 1, size=n).astype(np.int32)   # some stale
-        groups.append((ppt, sip, sv, cur, M))
-    ppt = np.concatenate([g[0] for g in groups]).astype(np.int32)
-    toff = B.offsets([len(g[0]) for g in groups])
-    moff = B.offsets([g[4] for g in groups])
-    sip = B.offsets(np.concatenate([np.diff(g[1]) for g in groups]))
-    subs = np.concatenate([g[2] for g in groups]).astype(np.int32)
-    cur = np.concatenate([g[3] for g in groups]).astype(np.int32)
-    return (ppt, toff, sip, subs, moff, cur), groups
-
-
-def test_batched_consumer_assignors_equal_per_group():
-    print("seed", SEED)
-    rng = np.random.default_rng(SEED)
-    args, groups = _consumer_batch(rng, 60)
-    ppt, toff, sip, subs, moff, cur = args
-    uoff = B.consumer_unit_off(ppt, toff)
-    uni = B.uniform_many(ppt, toff, sip, subs, moff, cur)
-    rng_ = B.range_many(ppt, toff, sip, subs, moff)
-    # cooperative-sticky claims: members own their units of current (valid owners only)
-    cur_valid = np.where((cur >= 0) & (cur < np.repeat(np.diff(moff), np.diff(uoff))), cur, -1)
-    tgt, fin = B.cooperative_sticky_many(ppt, toff, sip, subs, moff, cur_valid)
-    for g, (p, si, sv, c, M) in enumerate(groups):
-        sl = slice(uoff[g], uoff[g + 1])
-        assert np.array_equal(uni[sl], CS.uniform(p, si, sv, c)), g
-        assert np.array_equal(rng_[sl], CS.range_(p, si, sv)), g
-        cv = cur_valid[sl]
-        oip, own = K.members_csr(cv, M)
-        ref = CL.cooperative_sticky(p, si, sv, oip, own, np.zeros(M, np.int32))
-        assert np.array_equal(tgt[sl], ref.target_owner), g
-        assert np.array_equal(fin[sl], ref.final_owner), g
-
-
-def test_batched_connect_assignors_equal_per_group():
-    print("seed", SEED)
-    rng = np.random.default_rng(SEED + 1)
-    G = 60
-    tcs, curs, ws, holds, losts, cands = [], [], [], [], [], []
-    for _ in range(G):
-        tc = rng.integers(0, 6, size=int(rng.integers(0, 5))).astype(np.int64)
-        n = int((tc + 1).sum())
-        Wn = int(rng.integers(0, 6))
-        cur = rng.integers(-2, max(Wn, 1), size=n).astype(np.int32)
-        cur[cur >= Wn] = -1
-        lost = rng.random(n) < 0.2
-        lost &= cur == -1
-        tcs.append(tc)
-        curs.append(cur)
-        ws.append(Wn)
-        holds.append(bool(rng.random() < 0.6))
-        losts.append(lost)
-        cands.append(rng.random(Wn) < 0.5)
-    tc = np.concatenate(tcs)
-    coff = B.offsets([len(t) for t in tcs])
-    moff = B.offsets(ws)
-    cur = np.concatenate(curs)
-    lost = np.concatenate(losts)
-    cand = np.concatenate(cands) if sum(ws) else np.zeros(0, bool)
-    uoff = B.connect_unit_off(tc, coff)
-    eg = B.eager_many(tc, coff, ws)
-    ica = B.incremental_cooperative_many(tc, coff, cur, ws, holds, lost, cand, moff)
-    ica_default = B.incremental_cooperative_many(tc, coff, cur, ws, holds)
-    for g in range(G):
-        sl = slice(uoff[g], uoff[g + 1])
-        assert np.array_equal(eg[sl], CN.eager(ws[g], tcs[g])), g
-        # hold <=> the delay runs: now 0, delay 1000 (hold) or 0 (no hold)
-        delay = 1000 if holds[g] else 0
-        units = np.flatnonzero(losts[g]).astype(np.int32)
-        state = CN.IcaState(1000, units) if len(units) else None
-        ref = CN.incremental_cooperative(tcs[g], curs[g], ws[g], 0, delay, state,
-                                         joined=cands[g])
-        assert np.array_equal(ica.owner[sl], ref.owner), g
-        assert ica.moved[g] == ref.moved, g
-        assert ica.held[g] == len(ref.next_state.lost), g
-        ref2 = CN.incremental_cooperative(tcs[g], curs[g], ws[g], 0, delay)
-        assert np.array_equal(ica_default.owner[sl], ref2.owner), g
-
-
-def test_batched_kernels_equal_per_group():
-    print("seed", SEED)
-    rng = np.random.default_rng(SEED + 2)
-    G = 50
-    ms = rng.integers(0, 6, size=G)
-    ns = rng.integers(0, 30, size=G)
-    prev = [rng.integers(-1, max(m, 1), size=n).astype(np.int32) for m, n in zip(ms, ns)]
-    new = [rng.integers(-1, max(m, 1), size=n).astype(np.int32) for m, n in zip(ms, ns)]
-    for p, m in zip(prev + new, list(ms) * 2):
-        p[p >= m] = -1
-    new[3][:1] = 99 if len(new[3]) else new[3][:1]          # one invalid owner
-    uoff = B.offsets(ns)
-    moff = B.offsets(ms)
-    P = np.concatenate(prev)
-    N = np.concatenate(new)
-    ip, un = B.members_csr_many(N, uoff, moff)
-    d = B.diff_counts_many(P, N, uoff)
-    v = B.validate_many(N, uoff, moff)
-    met = B.assignment_metrics(P, N, uoff, moff)
-    for g in range(G):
-        sl = slice(uoff[g], uoff[g + 1])
-        M = int(ms[g])
-        ok = (new[g] >= -1) & (new[g] < M)
-        if ok.all():
-            rip, run = K.members_csr(new[g], M)
-            gip = ip[moff[g]:moff[g + 1] + 1]
-            assert np.array_equal(gip - gip[0], rip)
-            assert np.array_equal(un[gip[0]:gip[-1]], run)
-            df = K.diff(prev[g], new[g], M)
-            assert d[g, 0] == len(df.revoke_units) and d[g, 1] == len(df.assign_units)
-            kept = int(((prev[g] == new[g]) & (prev[g] >= 0)).sum())
-            assert d[g, 2] == kept
-        assert v[g, 0] == int((new[g] == -1).sum())
-        assert v[g, 1] == int((~ok).sum())
-        assert met.unassigned[g] == int((new[g] == -1).sum())
-        assert met.moved[g] == int(((prev[g] >= 0) & (prev[g] != new[g])).sum())
-    # validate_lists: one kernel call over all groups, the same verdict as per group
-    good = np.where((N >= -1) & (N < np.repeat(ms, ns)), N, -1)
-    lists = B.validate_lists(good, uoff, moff)
-    assert lists.counts[K.ViolationKind.UNASSIGNED] == int((good == -1).sum())
-    assert lists.counts[K.ViolationKind.DUPLICATE] == 0
-
-
-def test_min_moved_is_exact_for_one_pool():
-    # 3 members holding 5, 1, 0 of 6 units -> quotas 2 each: 3 moves needed
-    prev = np.array([0, 0, 0, 0, 0, 1], np.int32)
-    new = np.array([0, 0, 1, 2, 2, 1], np.int32)
-    m = B.assignment_metrics(prev, new, [0, 6], [0, 3])
-    assert m.min_moved[0] == 3 and m.moved[0] == 3 and m.spread[0] == 0
-    # 7 units over 3 members: one +1 slot goes to the member holding 5 (saves a move)
-    prev = np.array([0, 0, 0, 0, 0, 1, -2], np.int32)
-    m = B.assignment_metrics(prev, np.array([0, 0, 0, 1, 2, 1, 2], np.int32), [0, 7], [0, 3])
-    assert m.min_moved[0] == 2 and m.moved[0] == 2
 
 
 # ------------------------------------------------------------------------------ generation

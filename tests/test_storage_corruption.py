@@ -24,7 +24,7 @@ import pytest
 
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
-from groupcoord.runtime import Coordinator, RuntimeConfig, ShardState, shard_for
+from groupcoord.runtime import RuntimeConfig, ShardSet, ShardState, shard_for
 from groupcoord.storage import Log
 from groupcoord.storage import batch as rb
 from groupcoord.storage.checkpoint import CHECKPOINT_NAME
@@ -76,7 +76,7 @@ def want_victim():
 
 
 async def _write(d):
-    c = Coordinator(config(d), topics=TOPICS)
+    c = ShardSet(config(d), topics=TOPICS)
     await c.start()
     for i in range(COMMITS):        # one batch each: several segments
         r = await c.submit(commit(VICTIM_GROUP, i % 8, 1000 + i), 8)
@@ -228,7 +228,7 @@ def test_a_corrupt_shard_fails_alone_with_one_line(data, damage, caplog):
     path, phrase = damage(data)
 
     async def go():
-        c = Coordinator(config(data), topics=TOPICS)
+        c = ShardSet(config(data), topics=TOPICS)
         with caplog.at_level(logging.INFO, "groupcoord"):
             await c.start()                         # the node starts
         try:
@@ -281,7 +281,7 @@ def test_a_torn_tail_after_the_durable_point_is_truncated(data, tail, caplog):
     assert tree(data) == before
 
     async def go():
-        c = Coordinator(config(data), topics=TOPICS)
+        c = ShardSet(config(data), topics=TOPICS)
         with caplog.at_level(logging.WARNING, "groupcoord"):
             await c.start()
         try:
@@ -300,7 +300,7 @@ def test_a_reload_that_meets_corruption_stops_there(data, monkeypatch, caplog):
     """A write fault fails the shard; its reload finds a closed segment deleted meanwhile:
     FAILED with one line, and no reload loop."""
     async def go():
-        c = Coordinator(config(data), topics=TOPICS)
+        c = ShardSet(config(data), topics=TOPICS)
         await c.start()
         try:
             rt = c.shards[VICTIM]

@@ -132,7 +132,7 @@ class Node(ServeProc):
         return len(os.listdir("/proc/%d/fd" % self.proc.pid))
 
     def shard_of(self, group_id: str) -> int:
-        from groupcoord.runtime.coordinator import shard_for
+        from groupcoord.runtime.shards import shard_for
         return shard_for(group_id, self.shards)
 
 

@@ -47,9 +47,13 @@ import contextlib
 
 import numpy as np
 
-from groupcoord.assign import client as client_assign
+from groupcoord.assign import classic as client_assign
 from groupcoord.client import members_consumer_state as kst
-from groupcoord.groups import classic, connect, consumer, reconcile
+from groupcoord.groups.connect import group as connect_group
+from groupcoord.groups.connect import heartbeat as connect
+from groupcoord.groups.consumer import group as consumer
+from groupcoord.groups.classic.group import ClassicGroup
+from groupcoord.groups.modern import reconcile
 from groupcoord.groups.shard import Shard
 from groupcoord.groups.tx import GroupTx
 from groupcoord.runtime.shard_runtime import ShardRuntime
@@ -83,8 +87,8 @@ def grant_before_revoke():
 
 
 def accept_stale_epoch():
-    # connect.py calls rc.check_member_epoch through the module: patching reconcile covers it;
-    # consumer.py imported the function by name: patched there too.
+    # Every group type checks through modern/membership.py, which calls
+    # reconcile.check_member_epoch through the module: patching reconcile covers them all.
     orig = reconcile.check_member_epoch
 
     def check(cur, received, owned):
@@ -104,11 +108,10 @@ def accept_stale_epoch():
         return orig_classic(self, member_id, instance_id, generation, version)
 
     orig_consumer = consumer.ConsumerGroup.validate_offset_commit
-    orig_classic = classic.ClassicGroup.validate_offset_commit
+    orig_classic = ClassicGroup.validate_offset_commit
     return _patched((reconcile, "check_member_epoch", check),
-                    (consumer, "check_member_epoch", check),
                     (consumer.ConsumerGroup, "validate_offset_commit", consumer_commit),
-                    (classic.ClassicGroup, "validate_offset_commit", classic_commit))
+                    (ClassicGroup, "validate_offset_commit", classic_commit))
 
 
 def ack_before_fsync():
@@ -131,7 +134,7 @@ def fenced_removes_worker():
                 and req.member_id in g.members:
             # BUG (the seed's rule): the member is also removed from the group.
             tx = GroupTx(g.group_id, ctx.now_ms)
-            connect._remove(tx, g, req.member_id, cfg)
+            connect.remove_worker(tx, g, req.member_id, cfg)
             return tx.result(res.response)
         return res
     return _patched((connect, "_join_or_heartbeat", join_or_heartbeat))
@@ -157,7 +160,7 @@ def stale_claims_given():
 
 def rejoin_acks_revocation():
     # BUG: any owned set acknowledges.
-    return _patched((connect, "_acknowledging", lambda req, meta, owned: owned))
+    return _patched((reconcile, "acknowledging", lambda owned, rejoin: owned))
 
 
 class _Forgetful(set):
@@ -166,12 +169,12 @@ class _Forgetful(set):
 
 
 def unconfirmed_forgotten():
-    orig = connect.ConnectGroup.__init__
+    orig = connect_group.ConnectGroup.__init__
 
     def init(self, group_id):
         orig(self, group_id)
         self.unconfirmed = _Forgetful()
-    return _patched((connect.ConnectGroup, "__init__", init))
+    return _patched((connect_group.ConnectGroup, "__init__", init))
 
 
 def consumer_unconfirmed_forgotten():

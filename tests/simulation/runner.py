@@ -39,7 +39,7 @@ from groupcoord.groups.topics import TopicCatalog
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime.config import RuntimeConfig
-from groupcoord.runtime.coordinator import shard_for
+from groupcoord.runtime.shards import shard_for
 from groupcoord.runtime.load import load_shard
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState
 from groupcoord.storage import Log

@@ -10,10 +10,12 @@ assignors, all over numpy arrays (docs/assign.md). No server needed:
 
 Submodules: `kernels` (CSR, diff, validate, reconcile), `units` (interning, block remaps),
 `consumer` (server-side uniform / range), `connect` (eager / incremental-cooperative),
-`client` (classic leader-side range / roundrobin / cooperative-sticky).
+`classic` (classic leader-side range / roundrobin / cooperative-sticky), and `many` (the
+assignors and kernels over many groups per call; imported on its own: `from groupcoord.assign
+import many`).
 """
-from groupcoord.assign import client, connect, consumer, kernels, units
-from groupcoord.assign.client import cooperative_sticky, range_assign, roundrobin
+from groupcoord.assign import classic, connect, consumer, kernels, units
+from groupcoord.assign.classic import cooperative_sticky, range_assign, roundrobin
 from groupcoord.assign.connect import eager, incremental_cooperative
 from groupcoord.assign.consumer import range_, topic_base, uniform
 from groupcoord.assign.kernels import (Diff, MemberState, Reconciliation, Validation,
@@ -22,7 +24,7 @@ from groupcoord.assign.kernels import (Diff, MemberState, Reconciliation, Valida
 from groupcoord.assign.units import Interner, blocks, remap_blocks
 
 __all__ = [
-    "client", "connect", "consumer", "kernels", "units",
+    "classic", "connect", "consumer", "kernels", "units",
     "uniform", "range_", "topic_base", "eager", "incremental_cooperative",
     "range_assign", "roundrobin", "cooperative_sticky",
     "members_csr", "owner_from_csr", "diff", "validate", "reconcile", "concat_groups",

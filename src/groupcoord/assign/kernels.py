@@ -1,7 +1,7 @@
 """Owner-array kernels (docs/assign.md): CSR views, diff, validation, KIP-848 reconciliation.
 
 Thin typed wrappers over groupcoord._native.assign_kernels; all work is O(units + members).
-Batched use: renumber the units and members of many groups into one global range
+Many groups at once: renumber the units and members of many groups into one global range
 (`concat_groups`), call a kernel once, and split the result with the offsets.
 """
 from __future__ import annotations
@@ -151,7 +151,7 @@ def reconcile(owned_indptr, owned, target_indptr, target, owner_now) -> Reconcil
 def globalize(owner, unit_offsets, member_offsets) -> np.ndarray:
     """Segmented owner arrays of many groups (group g's units are
     owner[unit_offsets[g]:unit_offsets[g+1]], its members 0..member_offsets[g+1] -
-    member_offsets[g] - 1) -> one owner array over global member numbers, for the batched use
+    member_offsets[g] - 1) -> one owner array over global member numbers, for the many-groups use
     of every kernel. Vectorised: no per-group Python work."""
     owner = _i32(owner)
     uoff = _i64(unit_offsets)
@@ -172,7 +172,7 @@ def localize(owner, unit_offsets, member_offsets) -> np.ndarray:
 
 def concat_groups(owners, member_counts):
     """Many groups' owner arrays (a list) -> (global_owner, unit_offsets int64[g+1],
-    member_offsets int64[g+1]) for the batched kernels."""
+    member_offsets int64[g+1]) for one kernel call over all groups."""
     owners = [_i32(o) for o in owners]
     uoff = np.zeros(len(owners) + 1, dtype=np.int64)
     uoff[1:] = np.cumsum([len(o) for o in owners])

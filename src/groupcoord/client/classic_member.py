@@ -28,35 +28,31 @@ them, so keep them shorter than the session timeout.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Iterable, Mapping, Optional, Sequence
 
 from groupcoord.client.connection import DEFAULT_CLIENT_ID, Backoff
-from groupcoord.client.errors import (ClientError, ConnectionClosed, CoordinatorNotFound,
-                                      RequestTimeout, ResponseError)
+from groupcoord.client.errors import ClientError
+from groupcoord.client.member_driver import NETWORK_ERRORS, MemberDriver
 from groupcoord.client.members_classic_protocol import (ConsumerProtocol, CustomProtocol,
                                                         ClassicAssignment, listener_names)
 from groupcoord.client.members_classic_state import (ASSIGNED, COORDINATOR, FATAL,
                                                      FATAL_ERROR, LEFT, LOST, REJOIN, STABLE,
                                                      SYNC, UNJOINED, ClassicMemberState)
-from groupcoord.client.members_common import (COORDINATOR_ERRORS, CommitFailed,
-                                              MemberLifecycle, MemberLink, TopicPartition,
-                                              call_listener, retry_pause)
+from groupcoord.client.members_common import COORDINATOR_ERRORS, CommitFailed, TopicPartition
 from groupcoord.client.members_consumer_state import commit_errors
 from groupcoord.protocol import messages as m
 
 __all__ = ["ClassicMember"]
 
 log = logging.getLogger("groupcoord.client.classic")
-_NETWORK_ERRORS = (ConnectionClosed, RequestTimeout, CoordinatorNotFound)
 
 
-class ClassicMember(MemberLifecycle):
+class ClassicMember(MemberDriver):
     """A classic member. Either `topics` (+ `assignors`, preference order; protocol type
     "consumer") or `protocol=CustomProtocol(...)`. `instance_id` makes it static. start()
     raises CoordinatorNotFound when no bootstrap node answered within `bootstrap_timeout_s`."""
+    _log = log
 
     def __init__(self, bootstrap: Any, group_id: str, *,
                  topics: Optional[Iterable[str]] = None,
@@ -73,34 +69,18 @@ class ClassicMember(MemberLifecycle):
         self.sm = ClassicMemberState(group_id, instance_id=instance_id,
                                      session_timeout_ms=session_timeout_ms,
                                      rebalance_timeout_ms=rebalance_timeout_ms)
-        self.listener = listener
+        super().__init__(bootstrap, group_id, client_id, listener=listener,
+                         request_timeout_s=request_timeout_s,
+                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff)
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000.0
-        self.request_timeout_s = request_timeout_s
-        self.backoff = backoff or Backoff()
-        self.bootstrap_timeout_s = bootstrap_timeout_s
-        self.link = MemberLink(bootstrap, group_id, client_id,
-                                    request_timeout_s=request_timeout_s, backoff=self.backoff,
-                                    find_timeout_s=bootstrap_timeout_s)
         self._assigned_cb, self._revoked_cb, self._lost_cb = listener_names(self.protocol)
-        self.error: Optional[BaseException] = None
         self.joins = 0                   # JoinGroup requests sent
         self.generations: list = []      # generations this member synced in, in order
-        self._task: Optional[asyncio.Task] = None
-        self._wake = asyncio.Event()
-        self._closing = False
 
     # ------------------------------------------------------------------ properties
     @property
-    def member_id(self) -> str:
-        return self.sm.member_id
-
-    @property
     def generation(self) -> int:
         return self.sm.generation
-
-    @property
-    def state(self) -> str:
-        return self.sm.state
 
     @property
     def is_leader(self) -> bool:
@@ -122,35 +102,23 @@ class ClassicMember(MemberLifecycle):
         finding it again; anything else (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
         UNKNOWN_MEMBER_ID: the partitions may already be another member's) raises
         CommitFailed (`.errors`: {TopicPartition: code}), as Kafka's CommitFailedException."""
-        deadline = time.monotonic() + timeout_s
-        backoff = Backoff(initial_s=self.backoff.initial_s, max_s=self.backoff.max_s)
-        while True:
-            if self.error is not None:
-                raise self.error
-            if self.sm.generation < 0:
-                raise ClientError("member %s has no generation yet: nothing to commit for"
-                                  % (self.sm.member_id or "(unjoined)"))
-            req = self.sm.commit_request(offsets)
-            left = deadline - time.monotonic()
-            try:
-                if left <= 0:
-                    raise RequestTimeout("deadline passed")
-                resp = await self.link.request(req, timeout_s=left)
-            except _NETWORK_ERRORS as e:
-                await self._retry_pause(backoff, deadline, e)
-                continue
-            errors = commit_errors(resp)
-            if not errors:
-                return
-            if set(errors.values()) <= COORDINATOR_ERRORS:
-                self.link.invalidate()
-                await self._retry_pause(backoff, deadline,
-                                        ResponseError(next(iter(errors.values()))))
-                continue
-            raise CommitFailed(errors)
+        async def send(deadline: float) -> Any:
+            return await self.link.request(self.sm.commit_request(offsets),
+                                           timeout_s=self._left(deadline))
 
-    async def _retry_pause(self, backoff: Backoff, deadline: float, cause: BaseException) -> None:
-        await retry_pause(backoff, deadline, cause)
+        async def judge(resp: Any, deadline: float) -> tuple[int, None]:
+            errors = commit_errors(resp)
+            if errors and not set(errors.values()) <= COORDINATOR_ERRORS:
+                raise CommitFailed(errors)
+            return next(iter(errors.values()), 0), None
+
+        await self._offsets_call(timeout_s, send, judge)
+
+    def _check_usable(self) -> None:
+        super()._check_usable()
+        if self.sm.generation < 0:
+            raise ClientError("member %s has no generation yet: nothing to commit for"
+                              % (self.sm.member_id or "(unjoined)"))
 
     def rejoin(self) -> None:
         """Ask for a rebalance (e.g. after the subscription changed)."""
@@ -161,16 +129,9 @@ class ClassicMember(MemberLifecycle):
         """Stop; revoke what is owned; LeaveGroup unless `leave` is False. By default a
         static member does not leave (it keeps its assignment at the coordinator until its
         session expires, so a restart within it changes nothing: KIP-345)."""
-        if self._closing:
+        # cancel: a parked JoinGroup may wait a rebalance timeout
+        if not await self._stop_driver(timeout_s, cancel=True):
             return
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()          # a parked JoinGroup may wait a rebalance timeout
-            try:
-                await asyncio.wait_for(self._task, timeout_s)
-            except BaseException:
-                pass
         await self._revoke_all()
         if leave is None:
             leave = self.sm.instance_id is None
@@ -179,7 +140,7 @@ class ClassicMember(MemberLifecycle):
                 version = await self.link.version(m.LeaveGroupRequest.API_KEY)
                 await self.link.request(self.sm.leave_request(version), version=version,
                                         timeout_s=min(timeout_s, self.request_timeout_s))
-            except (*_NETWORK_ERRORS, ClientError) as e:
+            except ClientError as e:       # NETWORK_ERRORS are ClientErrors too
                 log.info("%s: LeaveGroup failed (%s); the session will expire", self, e)
         self.sm.state = LEFT
         await self.link.close()
@@ -189,32 +150,27 @@ class ClassicMember(MemberLifecycle):
                                                   self.sm.generation, self.sm.state)
 
     # ------------------------------------------------------------------ the driver task
-    async def _run(self) -> None:
-        try:
-            while not self._closing:
-                if self.sm.state == UNJOINED:
-                    await self._join_and_sync()
-                elif self.sm.state == STABLE:
-                    await self._sleep(self.heartbeat_interval_s)
-                    if self.sm.state == STABLE and not self._closing:
-                        await self._heartbeat()
-                elif self.sm.state in (FATAL, LEFT):
-                    break
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:
-            log.exception("%s: driver stopped", self)
-            self.error = e
+    async def _loop(self) -> None:
+        while not self._closing:
+            if self.sm.state == UNJOINED:
+                await self._join_and_sync()
+            elif self.sm.state == STABLE:
+                await self._sleep(self.heartbeat_interval_s)
+                if self.sm.state == STABLE and not self._closing:
+                    await self._heartbeat()
+            elif self.sm.state in (FATAL, LEFT):
+                break
 
-    async def _sleep(self, delay: float) -> None:
+    async def _barrier_call(self, what: str, call: Awaitable[Any]) -> Any:
+        """`call`'s answer, or None when the network failed it: the state machine forgets
+        the request and the driver pauses before joining again."""
         try:
-            await asyncio.wait_for(self._wake.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
-        self._wake.clear()
-
-    async def _pause(self) -> None:
-        await asyncio.sleep(self.backoff.next_delay())
+            return await call
+        except NETWORK_ERRORS as e:
+            log.info("%s: %s failed (%s)", self, what, e)
+            self.sm.request_lost()
+            await self._backoff_sleep()
+            return None
 
     async def _join_and_sync(self) -> None:
         if isinstance(self.protocol, ConsumerProtocol):
@@ -229,12 +185,8 @@ class ClassicMember(MemberLifecycle):
         req = self.sm.join_request(self.protocol.protocol_type,
                                    self.protocol.protocols(self.sm.generation))
         self.joins += 1
-        try:
-            resp = await self.link.request(req, timeout_s=barrier_s)
-        except _NETWORK_ERRORS as e:
-            log.info("%s: JoinGroup failed (%s)", self, e)
-            self.sm.request_lost()
-            await self._pause()
+        resp = await self._barrier_call("JoinGroup", self.link.request(req, timeout_s=barrier_s))
+        if resp is None:
             return
         out = self.sm.on_join_response(resp)
         if out.kind != SYNC:
@@ -242,22 +194,16 @@ class ClassicMember(MemberLifecycle):
             return
         assignments: dict = {}
         if self.sm.is_leader and not self.sm.skip_assignment:
-            try:
-                partitions = await self._partition_counts(self.protocol.topics_of(out.members))
-            except _NETWORK_ERRORS as e:
-                log.info("%s: Metadata for the assignor failed (%s)", self, e)
-                self.sm.request_lost()
-                await self._pause()
+            partitions = await self._barrier_call(
+                "Metadata for the assignor",
+                self._partition_counts(self.protocol.topics_of(out.members)))
+            if partitions is None:
                 return
             assignments = self.protocol.leader_assign(self.sm.protocol_name, out.members,
                                                       partitions)
-        try:
-            resp = await self.link.request(self.sm.sync_request(assignments),
-                                           timeout_s=barrier_s)
-        except _NETWORK_ERRORS as e:
-            log.info("%s: SyncGroup failed (%s)", self, e)
-            self.sm.request_lost()
-            await self._pause()
+        resp = await self._barrier_call("SyncGroup", self.link.request(
+            self.sm.sync_request(assignments), timeout_s=barrier_s))
+        if resp is None:
             return
         out = self.sm.on_sync_response(resp)
         if out.kind != ASSIGNED:
@@ -288,9 +234,9 @@ class ClassicMember(MemberLifecycle):
         try:
             resp = await self.link.request(self.sm.heartbeat_request(),
                                            timeout_s=self.request_timeout_s)
-        except _NETWORK_ERRORS as e:
+        except NETWORK_ERRORS as e:
             log.info("%s: heartbeat failed (%s)", self, e)
-            await self._pause()
+            await self._backoff_sleep()
             return
         out = self.sm.on_heartbeat_response(resp)
         if out.kind != "OK":
@@ -312,7 +258,7 @@ class ClassicMember(MemberLifecycle):
             return
         if out.kind == COORDINATOR:
             self.link.invalidate()
-            await self._pause()
+            await self._backoff_sleep()
             return
         if out.kind == FATAL_ERROR:
             log.error("%s: stopping: %s", self, out.error)
@@ -336,9 +282,3 @@ class ClassicMember(MemberLifecycle):
         elif self.protocol.current is not None:
             cur, self.protocol.current = self.protocol.current, None
             await self._call(self._lost_cb if lost else self._revoked_cb, cur)
-
-    async def _call(self, name: str, arg: Any) -> None:
-        try:
-            await call_listener(self.listener, name, arg)
-        except Exception:
-            log.exception("%s: %s raised", self, name)

@@ -36,7 +36,6 @@ Heartbeat loop (one heartbeat in flight at a time):
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 import uuid
@@ -50,6 +49,8 @@ from groupcoord.client.connect_member import (Action, ConnectMemberState, Outcom
                                               TaskId, split_units)
 from groupcoord.client.errors import (ConnectionClosed, RequestTimeout, ResponseError,
                                       UnsupportedApi, CoordinatorNotFound)
+from groupcoord.client.member_driver import DriverTask
+from groupcoord.client.members_common import call_listener
 
 __all__ = ["ConnectWorker", "WorkerRebalanceListener", "TaskId", "AssignorSpec"]
 
@@ -69,13 +70,7 @@ class WorkerRebalanceListener(Protocol):
         ...
 
 
-async def _call(fn, *args) -> None:
-    r = fn(*args)
-    if inspect.isawaitable(r):
-        await r
-
-
-class ConnectWorker:
+class ConnectWorker(DriverTask):
     """One Connect worker. See the module docstring.
 
     Arguments: `bootstrap` ("host:port", "h1:p1,h2:p2" or [(host, port)]) or a shared
@@ -87,6 +82,7 @@ class ConnectWorker:
     assignor's delay when this worker computes); `session_timeout_ms` (after this long without
     an answer the worker stops its work on its own); `request_timeout_s`.
     """
+    _log = log
 
     def __init__(self, bootstrap: Any = None, group_id: str = "connect-cluster", *,
                  listener: Optional[WorkerRebalanceListener] = None,
@@ -101,6 +97,7 @@ class ConnectWorker:
                  client_id: str = DEFAULT_CLIENT_ID,
                  link: Optional[CoordinatorLink] = None,
                  backoff: Optional[Backoff] = None):
+        super().__init__()
         if link is None:
             if bootstrap is None:
                 raise ValueError("give bootstrap or link")
@@ -124,16 +121,12 @@ class ConnectWorker:
             rebalance_timeout_ms=rebalance_timeout_ms)
         if connectors is not None:
             self.state.set_config(connectors, 1 if config_offset is None else config_offset)
-        self.error: Optional[BaseException] = None
         self.last_compute: Optional[InstallPlan] = None
         self.computations = 0
         self.heartbeats = 0
         self._last_failure: Optional[BaseException] = None   # for start()'s timeout message
-        self._task: Optional[asyncio.Task] = None
         self._compute_task: Optional[asyncio.Task] = None
-        self._wake = asyncio.Event()
         self._joined = asyncio.Event()
-        self._stopping = False
         self._hb_seq = 0               # heartbeats sent
         self._compute_floor = 0        # heartbeats sent when the last computation ended
         self._last_ok = time.monotonic()
@@ -200,9 +193,9 @@ class ConnectWorker:
         """Graceful: stop all work (on_revoked), then leave: epoch -1, or -2 (`temporary`,
         static members only: the coordinator keeps our work for the same instance id until
         the session times out)."""
-        if self._stopping:
+        if self._closing:
             return
-        self._stopping = True
+        self._closing = True
         await self._cancel_tasks()
         await self._revoke(self.state.owned)
         if self.state.phase not in (Phase.FATAL, Phase.LEFT) and self.state.member_epoch > 0:
@@ -222,7 +215,7 @@ class ConnectWorker:
 
     async def kill(self) -> None:
         """Stop at once without callbacks or a leave (what a crash looks like to the group)."""
-        self._stopping = True
+        self._closing = True
         await self._cancel_tasks()
         if self._own_link:
             await self.link.close()
@@ -241,25 +234,22 @@ class ConnectWorker:
             if t is not None and t is not asyncio.current_task():
                 await asyncio.gather(t, return_exceptions=True)
 
-    async def _run(self) -> None:
-        try:
-            await self._loop()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # a bug or a listener failure: surface it, stop work
-            log.exception("worker %s: heartbeat loop failed", self.member_id)
-            self.error = e
-            await self._revoke(self.state.owned)
+    def __repr__(self) -> str:
+        return "<ConnectWorker %s/%s epoch=%d %s>" % (self.group_id, self.member_id,
+                                                    self.member_epoch, self.state.phase.name)
+
+    async def _after_failure(self) -> None:
+        await self._revoke(self.state.owned)   # a bug or a listener failure: stop the work
 
     async def _loop(self) -> None:
-        while not self._stopping:
+        while not self._closing:
             await self._self_fence_if_expired()
             try:
                 conn = await self.link.get()
             except CoordinatorNotFound as e:
                 log.info("worker %s: %s", self.member_id, e)
                 self._last_failure = e
-                await self.backoff.sleep()
+                await self._backoff_sleep()
                 continue
             req = self.state.heartbeat_request()
             self._hb_seq += 1
@@ -271,7 +261,7 @@ class ConnectWorker:
                 self._last_failure = e
                 self.state.on_request_failed()
                 self.link.invalidate(conn)
-                await self.backoff.sleep()
+                await self._backoff_sleep()
                 continue
             self.heartbeats += 1
             out = self.state.on_response(resp)
@@ -280,11 +270,7 @@ class ConnectWorker:
                 return
             if delay > 0:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-            self._wake.clear()
+            await self._sleep(delay)
 
     async def _handle(self, out: Outcome, seq: int, conn) -> Optional[float]:
         """Act on one heartbeat outcome; -> seconds until the next heartbeat (None: stop)."""
@@ -333,16 +319,14 @@ class ConnectWorker:
         if not units:
             return
         self.state.revoked(units)
-        if self.listener is not None:
-            await _call(self.listener.on_revoked, *split_units(units))
+        await call_listener(self.listener, "on_revoked", *split_units(units))
 
     async def _assign(self, units) -> None:
         units = frozenset(units) - self.state.owned
         if not units:
             return
         self.state.assigned(units)
-        if self.listener is not None:
-            await _call(self.listener.on_assigned, *split_units(units))
+        await call_listener(self.listener, "on_assigned", *split_units(units))
 
     # -- the chosen worker ------------------------------------------------------------------
     async def compute_plan(self, prepared: m.ConnectGroupPrepareAssignmentResponse) -> InstallPlan:

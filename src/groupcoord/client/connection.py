@@ -355,16 +355,20 @@ async def find_coordinator(bootstrap: Any, group_id: str,
     backoff = backoff or Backoff()
     deadline = time.monotonic() + timeout_s
     last: Optional[BaseException] = None
+
+    async def open_node(host: str, port: int) -> Connection:
+        left = deadline - time.monotonic()
+        return await Connection.open(host, port, client_id,
+                                     timeout_s=max(0.01, min(connect_timeout_s, left)),
+                                     request_timeout_s=request_timeout_s)
+
     i = 0
     while True:
         host, port = addrs[i % len(addrs)]
         i += 1
         boot: Optional[Connection] = None
         try:
-            left = deadline - time.monotonic()
-            boot = await Connection.open(host, port, client_id,
-                                         timeout_s=max(0.01, min(connect_timeout_s, left)),
-                                         request_timeout_s=request_timeout_s)
+            boot = await open_node(host, port)
             code, msg, chost, cport = await _ask_coordinator(boot, group_id, deadline)
             if code == 0:
                 if (chost, cport) == (host, port):
@@ -373,10 +377,7 @@ async def find_coordinator(bootstrap: Any, group_id: str,
                     return found  # the coordinator is the node we already talk to
                 await boot.close()
                 boot = None
-                left = deadline - time.monotonic()
-                conn = await Connection.open(chost, cport, client_id,
-                                             timeout_s=max(0.01, min(connect_timeout_s, left)),
-                                             request_timeout_s=request_timeout_s)
+                conn = await open_node(chost, cport)
                 backoff.reset()
                 return conn
             if code not in _RETRY_FIND:

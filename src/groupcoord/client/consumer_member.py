@@ -32,11 +32,9 @@ import time
 from typing import Any, Iterable, Mapping, Optional
 
 from groupcoord.client.connection import DEFAULT_CLIENT_ID, Backoff
-from groupcoord.client.errors import (ClientError, ConnectionClosed, CoordinatorNotFound,
-                                      RequestTimeout, ResponseError)
-from groupcoord.client.members_common import (COORDINATOR_ERRORS, CommitFailed, MemberLifecycle,
-                                              MemberLink, TopicPartition, call_listener,
-                                              retry_pause)
+from groupcoord.client.errors import ClientError, RequestTimeout, ResponseError
+from groupcoord.client.member_driver import NETWORK_ERRORS, MemberDriver
+from groupcoord.client.members_common import COORDINATOR_ERRORS, CommitFailed, TopicPartition
 from groupcoord.client.members_consumer_state import (FATAL, LEFT, STABLE, UNJOINED,
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result, new_member_id)
@@ -49,15 +47,15 @@ log = logging.getLogger("groupcoord.client.consumer")
 
 _HEARTBEAT = m.ConsumerGroupHeartbeatRequest.API_KEY
 _METADATA = m.MetadataRequest.API_KEY
-_NETWORK_ERRORS = (ConnectionClosed, RequestTimeout, CoordinatorNotFound)
 
 
-class ConsumerMember(MemberLifecycle):
+class ConsumerMember(MemberDriver):
     """A KIP-848 consumer. Subscribe by `topics` (names), `regex`, or both; `server_assignor`
     asks the coordinator for one of its assignors (`uniform`, `range`); `instance_id` makes it
     a static member. `member_id` is generated (v1) unless given. start() (and `async with`)
     raises CoordinatorNotFound, naming the bootstrap addresses, when no node answered within
     `bootstrap_timeout_s`."""
+    _log = log
 
     def __init__(self, bootstrap: Any, group_id: str, *,
                  topics: Optional[Iterable[str]] = None, regex: Optional[str] = None,
@@ -72,39 +70,19 @@ class ConsumerMember(MemberLifecycle):
                                       server_assignor=server_assignor,
                                       rebalance_timeout_ms=rebalance_timeout_ms)
         self._member_id_given = member_id is not None
-        self.listener = listener
-        self.request_timeout_s = request_timeout_s
-        self.backoff = backoff or Backoff()
-        self.bootstrap_timeout_s = bootstrap_timeout_s
-        self.link = MemberLink(bootstrap, group_id, client_id,
-                                    request_timeout_s=request_timeout_s, backoff=self.backoff,
-                                    find_timeout_s=bootstrap_timeout_s)
+        super().__init__(bootstrap, group_id, client_id, listener=listener,
+                         request_timeout_s=request_timeout_s,
+                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff)
         self.heartbeats = 0                 # accepted heartbeat responses
         self.stale_commit_retries = 0       # commits retried after STALE_MEMBER_EPOCH
         self.rejoins = 0                    # fenced / unknown-member rejoins
-        self.error: Optional[BaseException] = None
-        self._task: Optional[asyncio.Task] = None
-        self._wake = asyncio.Event()
         self._beat = asyncio.Condition()
-        self._closing = False
         self._sent_waiters: list = []       # subscribe(): resolved when a heartbeat is sent
 
     # ------------------------------------------------------------------ properties
     @property
-    def group_id(self) -> str:
-        return self.sm.group_id
-
-    @property
-    def member_id(self) -> str:
-        return self.sm.member_id
-
-    @property
     def epoch(self) -> int:
         return self.sm.epoch
-
-    @property
-    def state(self) -> str:
-        return self.sm.state
 
     @property
     def assignment(self) -> list:
@@ -125,17 +103,8 @@ class ConsumerMember(MemberLifecycle):
         epoch -1, or -2 (`temporary`, default for a static member) so that a static member
         coming back within its session gets its partitions again. `leave=False` just stops
         (the coordinator expires the member after its session timeout)."""
-        if self._closing:
+        if not await self._stop_driver(timeout_s, cancel=False):
             return
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
-            except asyncio.TimeoutError:
-                self._task.cancel()
-            except BaseException:
-                pass
         owned = self.sm.owned_partitions()
         if owned and self.sm.state != FATAL:
             await self._call("on_partitions_revoked", owned)
@@ -147,7 +116,7 @@ class ConsumerMember(MemberLifecycle):
                 resp = await self.link.request(req, timeout_s=min(timeout_s,
                                                                   self.request_timeout_s))
                 self.sm.on_heartbeat_response(req, resp)
-            except (*_NETWORK_ERRORS, ClientError) as e:
+            except ClientError as e:       # NETWORK_ERRORS are ClientErrors too
                 log.info("%s: leave heartbeat failed (%s); the session will expire", self, e)
         await self.link.close()
 
@@ -184,32 +153,23 @@ class ConsumerMember(MemberLifecycle):
         metadata)}. STALE_MEMBER_EPOCH: retried once the next heartbeat brought the
         current epoch; coordinator errors: retried after finding it again; anything else
         raises CommitFailed (`.errors`: {TopicPartition: code})."""
-        deadline = time.monotonic() + timeout_s
-        backoff = Backoff(initial_s=self.backoff.initial_s, max_s=self.backoff.max_s)
-        while True:
-            self._check_usable()
+        async def send(deadline: float) -> tuple:
             seen = self.heartbeats
             req = self.sm.commit_request(offsets)
-            try:
-                resp = await self.link.request(req, timeout_s=self._left(deadline))
-            except _NETWORK_ERRORS as e:
-                await self._retry_pause(backoff, deadline, e)
-                continue
+            return seen, req, await self.link.request(req, timeout_s=self._left(deadline))
+
+        async def judge(sent: tuple, deadline: float) -> tuple[int, None]:
+            seen, req, resp = sent
             errors = commit_errors(resp)
-            if not errors:
-                return
             codes = set(errors.values())
             if codes == {ErrorCode.STALE_MEMBER_EPOCH}:
                 self.stale_commit_retries += 1
-                if self.sm.epoch == req.generation_id_or_member_epoch:
-                    self._wake.set()
-                    await self._wait_beat_after(seen, deadline)
-                continue
-            if codes <= COORDINATOR_ERRORS:
-                self.link.invalidate()
-                await self._retry_pause(backoff, deadline, ResponseError(next(iter(codes))))
-                continue
-            raise CommitFailed(errors)
+                await self._after_stale_epoch(req.generation_id_or_member_epoch, seen, deadline)
+            elif errors and not codes <= COORDINATOR_ERRORS:
+                raise CommitFailed(errors)
+            return next(iter(codes), 0), None
+
+        await self._offsets_call(timeout_s, send, judge)
 
     async def committed(self, partitions: Optional[Iterable[TopicPartition]] = None,
                         timeout_s: float = 30.0) -> dict:
@@ -217,67 +177,51 @@ class ConsumerMember(MemberLifecycle):
         metadata)}; offset -1 where nothing is committed. None = every committed partition.
         STALE_MEMBER_EPOCH is retried after the next heartbeat, like commit()."""
         parts = None if partitions is None else list(partitions)
-        deadline = time.monotonic() + timeout_s
-        backoff = Backoff(initial_s=self.backoff.initial_s, max_s=self.backoff.max_s)
-        while True:
-            self._check_usable()
+
+        async def send(deadline: float) -> tuple:
             seen = self.heartbeats
             req = self.sm.fetch_request(parts)
-            try:
-                version = await self.link.version(m.OffsetFetchRequest.API_KEY)
-                if version < 8:
-                    raise ClientError("OffsetFetch v%d cannot name a member (v8+ needed)"
-                                      % version)
-                resp = await self.link.request(req, version=version,
-                                               timeout_s=self._left(deadline))
-            except _NETWORK_ERRORS as e:
-                await self._retry_pause(backoff, deadline, e)
-                continue
+            version = await self.link.version(m.OffsetFetchRequest.API_KEY)
+            if version < 8:
+                raise ClientError("OffsetFetch v%d cannot name a member (v8+ needed)" % version)
+            return seen, req, await self.link.request(req, version=version,
+                                                      timeout_s=self._left(deadline))
+
+        async def judge(sent: tuple, deadline: float) -> tuple[int, Any]:
+            seen, req, resp = sent
             err, offsets, errors = fetch_result(resp)
             if err == ErrorCode.STALE_MEMBER_EPOCH:
-                if self.sm.epoch == req.groups[0].member_epoch:
-                    self._wake.set()
-                    await self._wait_beat_after(seen, deadline)
-                continue
-            if err in COORDINATOR_ERRORS:
-                self.link.invalidate()
-                await self._retry_pause(backoff, deadline, ResponseError(err))
-                continue
-            if err:
+                await self._after_stale_epoch(req.groups[0].member_epoch, seen, deadline)
+            elif err and err not in COORDINATOR_ERRORS:
                 raise ResponseError(err)
-            if errors:
+            elif not err and errors:
                 raise CommitFailed(errors)
-            return offsets
+            return err, offsets
+
+        return await self._offsets_call(timeout_s, send, judge)
+
+    async def _after_stale_epoch(self, epoch_sent: int, seen: int, deadline: float) -> None:
+        """STALE_MEMBER_EPOCH: unless a heartbeat brought a new epoch since the request was
+        built, ask for one now and wait for its answer; then the caller sends again."""
+        if self.sm.epoch == epoch_sent:
+            self._wake.set()
+            await self._wait_beat_after(seen, deadline)
 
     # ------------------------------------------------------------------ the driver task
-    async def _run(self) -> None:
-        try:
-            while not self._closing:
-                await self._heartbeat_once()
-                if self.sm.state == FATAL:
-                    break
-                if not self._closing:
-                    await self._reconcile()
-                delay = 0.0 if (self.sm.ack_pending or self.sm.state == UNJOINED) \
-                    else max(self.sm.heartbeat_interval_ms, 10) / 1000.0
-                await self._sleep(delay)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:   # a bug or a callback's BaseException: stop visibly
-            log.exception("%s: driver stopped", self)
-            self.error = e
-        finally:
-            async with self._beat:
-                self._beat.notify_all()
+    async def _loop(self) -> None:
+        while not self._closing:
+            await self._heartbeat_once()
+            if self.sm.state == FATAL:
+                break
+            if not self._closing:
+                await self._reconcile()
+            delay = 0.0 if (self.sm.ack_pending or self.sm.state == UNJOINED) \
+                else max(self.sm.heartbeat_interval_ms, 10) / 1000.0
+            await self._sleep(delay)
 
-    async def _sleep(self, delay: float) -> None:
-        if delay <= 0 or self._closing:
-            return
-        try:
-            await asyncio.wait_for(self._wake.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
-        self._wake.clear()
+    async def _after_run(self) -> None:
+        async with self._beat:          # commit()/committed() waiting for a beat: it stopped
+            self._beat.notify_all()
 
     async def _heartbeat_once(self) -> None:
         self._wake.clear()
@@ -295,7 +239,7 @@ class ConsumerMember(MemberLifecycle):
                 if not fut.done():
                     fut.set_result(None)
             resp = await self.link.request(req, timeout_s=self.request_timeout_s)
-        except _NETWORK_ERRORS as e:
+        except NETWORK_ERRORS as e:
             log.info("%s: heartbeat failed (%s); retrying", self, e)
             self.sm.heartbeat_lost()
             await self._backoff_sleep()
@@ -319,17 +263,6 @@ class ConsumerMember(MemberLifecycle):
             self.heartbeats += 1
             async with self._beat:
                 self._beat.notify_all()
-
-    async def _backoff_sleep(self) -> None:
-        try:
-            await asyncio.wait_for(self._closing_wait(), self.backoff.next_delay())
-        except asyncio.TimeoutError:
-            pass
-
-    async def _closing_wait(self) -> None:
-        while not self._closing:
-            await self._wake.wait()
-            self._wake.clear()
 
     async def _reconcile(self) -> None:
         while not self._closing:
@@ -359,36 +292,18 @@ class ConsumerMember(MemberLifecycle):
                 req = m.MetadataRequest(topics=None, allow_auto_topic_creation=False)
             resp = await self.link.request(req, version=version,
                                            timeout_s=self.request_timeout_s)
-        except _NETWORK_ERRORS as e:
+        except NETWORK_ERRORS as e:
             log.info("%s: metadata failed (%s)", self, e)
             return False
         self.sm.add_topic_names({t.topic_id: t.name for t in resp.topics
                                  if not t.error_code and t.name})
         return all(t in self.sm.topic_names for t in topic_ids)
 
-    async def _call(self, name: str, partitions: list) -> None:
-        try:
-            await call_listener(self.listener, name, partitions)
-        except Exception:
-            # Kafka logs a failing callback and carries on; the member state moves anyway.
-            log.exception("%s: %s raised", self, name)
-
     # ------------------------------------------------------------------ helpers
     def _check_usable(self) -> None:
-        if self.error is not None:
-            raise self.error
+        super()._check_usable()
         if self.sm.state in (LEFT, FATAL):
             raise ClientError("member %s is %s" % (self.sm.member_id, self.sm.state))
-
-    @staticmethod
-    def _left(deadline: float) -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise RequestTimeout("deadline passed")
-        return left
-
-    async def _retry_pause(self, backoff: Backoff, deadline: float, cause: BaseException) -> None:
-        await retry_pause(backoff, deadline, cause)
 
     async def _wait_beat_after(self, seen: int, deadline: float) -> None:
         async with self._beat:

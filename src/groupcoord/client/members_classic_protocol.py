@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from groupcoord.assign import client as client_assign
+from groupcoord.assign import classic as client_assign
 from groupcoord.client.members_classic_state import JoinedMember
 from groupcoord.client.members_common import TopicPartition
 from groupcoord.protocol import embedded

@@ -26,8 +26,7 @@ import time
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from groupcoord.client.connection import CoordinatorLink
-from groupcoord.client.errors import (ConnectionClosed, CoordinatorNotFound, RequestTimeout,
-                                      ResponseError)
+from groupcoord.client.errors import ConnectionClosed, RequestTimeout, ResponseError
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -126,47 +125,3 @@ class MemberLink(CoordinatorLink):
         except (ConnectionClosed, RequestTimeout):
             self.invalidate(conn)
             raise
-
-
-class MemberLifecycle:
-    """start / async with / wait_closed for a member whose driver is ``self._run()``
-    (sets ``self._task``; ``self.error`` holds what stopped it) and whose coordinator link
-    is ``self.link``. Subclasses define close()."""
-    _task: Optional[asyncio.Future] = None
-    error: Optional[BaseException] = None
-    bootstrap_timeout_s: float = 30.0
-
-    async def start(self):
-        """Find the group's coordinator through the bootstrap addresses, then start the
-        driver. Raises CoordinatorNotFound, naming the addresses and the last failure, when
-        none answered within `bootstrap_timeout_s`: a member that cannot reach any node
-        fails loudly instead of retrying in silence. Once started, a lost coordinator is
-        found again by the driver, without a deadline."""
-        if self._task is None:
-            try:
-                await self.link.get()
-            except CoordinatorNotFound as e:
-                await self.link.close()
-                where = ",".join("%s:%d" % a for a in self.link.bootstrap)
-                err = CoordinatorNotFound(
-                    "%s: cannot reach the coordinator of group %r via %s (bootstrap timeout "
-                    "%.1f s): %s" % (type(self).__name__, self.link.group_id, where,
-                                     self.bootstrap_timeout_s, e.last or e), e.last)
-                self.error = err
-                raise err from e
-            if self._task is None:
-                self._task = asyncio.ensure_future(self._run())
-        return self
-
-    async def __aenter__(self):
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    async def wait_closed(self) -> None:
-        """Wait for the member to stop; raises the error that stopped it, if any."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
-        if self.error is not None:
-            raise self.error

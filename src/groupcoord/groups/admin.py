@@ -32,10 +32,9 @@ from collections import Counter
 from typing import Optional
 
 from groupcoord.groups import group_config as gc
-from groupcoord.groups.consumer import ConsumerGroup
+from groupcoord.groups.consumer.group import ConsumerGroup
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import RequestContext, Result
-from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
@@ -149,13 +148,8 @@ def _classic_subscribed(g):
         return ()
     if g.protocol is None:
         return _All()
-    topics = set()
-    for mb in g.members.values():
-        try:
-            topics.update(embedded.decode_subscription(mb.metadata(g.protocol))[1].topics)
-        except ValueError:                  # the codec's DecodeError: not a subscription
-            return _All()
-    return topics
+    topics = g.members_topics()
+    return _All() if topics is None else topics
 
 
 def _offset_delete_rule(g):

@@ -1,4 +1,4 @@
-"""What every group type provides to the shard (classic.py, consumer.py, connect.py).
+"""What every group type provides to the shard (classic/, consumer/, connect/).
 
 A group object holds state (abstract methods: every group type must define them) and is changed only by its module's replay functions. Handlers
 read it. Every group type implements this interface; the shard uses it for ListGroups,

@@ -6,8 +6,8 @@ groups hold. A request that would cross one of these bounds is refused here, wit
 the API has for it and (where the response has a message) a message naming the bound; it is
 never truncated. What the handlers cannot see cheaply (a classic group's GroupMetadata record
 built from every member's metadata; the records of an event) is checked where it is built
-(classic.handle_sync) and, as the last safety net, by the runtime before anything is applied
-(runtime/shard_runtime.py, ``ShardRuntime._process``).
+(classic/handlers.py, ``handle_sync``) and, as the last safety net, by the runtime before
+anything is applied (runtime/shard_runtime.py, ``ShardRuntime._process``).
 
 The bounds (ShardConfig, settable with ``groupcoord serve --group-config NAME=VALUE``):
   * name.max.bytes (1024): UTF-8 bytes of a group id (INVALID_GROUP_ID), member id, instance

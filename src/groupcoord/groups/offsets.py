@@ -54,7 +54,8 @@ from itertools import islice
 
 import msgspec
 
-from groupcoord.groups import classic, limits
+from groupcoord.groups import limits
+from groupcoord.groups.classic.group import new_empty_group
 from groupcoord.groups.errors import error_response
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import RequestContext, Result, TimerKey, Volatile
@@ -296,7 +297,7 @@ def _replay_offset(shard, key: m.OffsetCommitKey, value) -> None:
     # compaction may have removed the commit the tombstone deletes, and replaying the
     # compacted log must give the same groups as replaying the full one.
     if gid not in shard.groups:
-        shard.groups[gid] = classic.new_empty_group(gid)
+        shard.groups[gid] = new_empty_group(gid)
     if value is None:
         committed = shard.offsets.get(gid)
         if committed is not None:

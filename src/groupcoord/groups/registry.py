@@ -13,7 +13,28 @@ that have a handler.
 """
 from __future__ import annotations
 
-from groupcoord.groups import admin, classic, connect, consumer, modern, offsets, routing
+from groupcoord.groups import admin, offsets, routing
+from groupcoord.groups.connect import describe as connect_describe
+from groupcoord.groups.connect import heartbeat as connect_heartbeat
+from groupcoord.groups.connect import install as connect_install
+from groupcoord.groups.connect import replay as connect_replay
+from groupcoord.groups.connect.group import ASSIGNMENT as CONNECT_ASSIGNMENT
+from groupcoord.groups.connect.group import DELAYED as CONNECT_DELAYED
+from groupcoord.groups.connect.group import REVOCATION as CONNECT_REVOCATION
+from groupcoord.groups.connect.group import SESSION as CONNECT_SESSION
+from groupcoord.groups.connect.group import Prepared
+from groupcoord.groups.connect.selection import ChooseWorker
+from groupcoord.groups.consumer import describe as consumer_describe
+from groupcoord.groups.consumer import heartbeat as consumer_heartbeat
+from groupcoord.groups.consumer import replay as consumer_replay
+from groupcoord.groups.consumer import target as consumer_target
+from groupcoord.groups.consumer.group import ASSIGNMENT_TIMER as CONSUMER_ASSIGNMENT
+from groupcoord.groups.consumer.group import REVOCATION_TIMER as CONSUMER_REVOCATION
+from groupcoord.groups.consumer.group import SESSION_TIMER as CONSUMER_SESSION
+from groupcoord.groups.classic import events as classic_events
+from groupcoord.groups.classic import group as classic_group
+from groupcoord.groups.classic import rebalance as classic_rebalance
+from groupcoord.groups.modern.group import Unconfirmed, replay_unconfirmed
 from groupcoord.groups.record_types import RecordType as RT
 from groupcoord.protocol import api_keys as K
 
@@ -23,20 +44,20 @@ API_HANDLERS = {
     # offsets (offsets.py)
     K.OFFSET_COMMIT: offsets.handle_offset_commit,
     K.OFFSET_FETCH: offsets.handle_offset_fetch,
-    # classic groups (classic.py), or the classic members of a consumer or connect group
+    # classic groups (classic/handlers.py), or the classic members of a consumer or connect group
     # holding the id (routing.py chooses)
     K.JOIN_GROUP: routing.join_group,
     K.HEARTBEAT: routing.heartbeat,
     K.LEAVE_GROUP: routing.leave_group,
     K.SYNC_GROUP: routing.sync_group,
-    # KIP-848 consumer groups (consumer.py)
-    K.CONSUMER_GROUP_HEARTBEAT: consumer.consumer_group_heartbeat,
-    K.CONSUMER_GROUP_DESCRIBE: consumer.consumer_group_describe,
-    # connect worker groups (connect.py)
-    K.CONNECT_GROUP_HEARTBEAT: connect._heartbeat,
-    K.CONNECT_GROUP_PREPARE_ASSIGNMENT: connect._prepare,
-    K.CONNECT_GROUP_INSTALL_ASSIGNMENT: connect._install,
-    K.CONNECT_GROUP_DESCRIBE: connect._describe,
+    # KIP-848 consumer groups (consumer/)
+    K.CONSUMER_GROUP_HEARTBEAT: consumer_heartbeat.consumer_group_heartbeat,
+    K.CONSUMER_GROUP_DESCRIBE: consumer_describe.consumer_group_describe,
+    # connect worker groups (connect/)
+    K.CONNECT_GROUP_HEARTBEAT: connect_heartbeat._heartbeat,
+    K.CONNECT_GROUP_PREPARE_ASSIGNMENT: connect_install._prepare,
+    K.CONNECT_GROUP_INSTALL_ASSIGNMENT: connect_install._install,
+    K.CONNECT_GROUP_DESCRIBE: connect_describe._describe,
     # group admin, for every group type (admin.py)
     K.DESCRIBE_GROUPS: admin.describe_groups,
     K.LIST_GROUPS: admin.list_groups,
@@ -50,46 +71,46 @@ REPLAYERS = {
     # durable records, by type
     RT.OFFSET_COMMIT: offsets._replay_offset,
     RT.LEGACY_OFFSET_COMMIT: offsets._replay_offset,
-    RT.GROUP_METADATA: classic._replay_group_metadata,
-    RT.CONSUMER_GROUP_METADATA: consumer._replay_group_metadata,
-    RT.CONSUMER_GROUP_PARTITION_METADATA: consumer._replay_partition_metadata,
-    RT.CONSUMER_GROUP_MEMBER_METADATA: consumer._replay_member_metadata,
-    RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: consumer._replay_target_member,
-    RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: consumer._replay_target_metadata,
-    RT.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: consumer._replay_current_assignment,
-    RT.CONNECT_WORKER_GROUP_METADATA: connect._replay_epoch,
-    RT.CONNECT_WORKER_GROUP_MEMBER_METADATA: connect._replay_member,
-    RT.CONNECT_WORKER_GROUP_CONNECTORS_TASKS_METADATA: connect._replay_config,
-    RT.CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_METADATA: connect._replay_target_meta,
-    RT.CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_MEMBER: connect._replay_target,
-    RT.CONNECT_WORKER_GROUP_CURRENT_MEMBER_ASSIGNMENT: connect._replay_current,
+    RT.GROUP_METADATA: classic_events._replay_group_metadata,
+    RT.CONSUMER_GROUP_METADATA: consumer_replay._replay_group_metadata,
+    RT.CONSUMER_GROUP_PARTITION_METADATA: consumer_replay._replay_partition_metadata,
+    RT.CONSUMER_GROUP_MEMBER_METADATA: consumer_replay._replay_member_metadata,
+    RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: consumer_replay._replay_target_member,
+    RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: consumer_replay._replay_target_metadata,
+    RT.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: consumer_replay._replay_current_assignment,
+    RT.CONNECT_WORKER_GROUP_METADATA: connect_replay._replay_epoch,
+    RT.CONNECT_WORKER_GROUP_MEMBER_METADATA: connect_replay._replay_member,
+    RT.CONNECT_WORKER_GROUP_CONNECTORS_TASKS_METADATA: connect_replay._replay_config,
+    RT.CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_METADATA: connect_replay._replay_target_meta,
+    RT.CONNECT_WORKER_GROUP_TARGET_ASSIGNMENT_MEMBER: connect_replay._replay_target,
+    RT.CONNECT_WORKER_GROUP_CURRENT_MEMBER_ASSIGNMENT: connect_replay._replay_current,
     RT.GROUP_CONFIG: admin._replay_group_config,
     # volatile events (in memory only, never written), by class
     offsets.RetentionProgress: offsets._replay_progress,
-    classic.PendingMemberAdded: classic._replay_event,
-    classic.PendingMemberForgotten: classic._replay_event,
-    classic.MemberJoined: classic._replay_event,
-    classic.StaticMemberReplaced: classic._replay_event,
-    classic.RebalanceStarted: classic._replay_event,
-    classic.BarrierExtended: classic._replay_event,
-    classic.MemberRemoved: classic._replay_event,
-    classic.JoinCompleted: classic._replay_event,
-    classic.SyncReceived: classic._replay_event,
-    modern.Unconfirmed: modern._replay_unconfirmed,    # consumer and connect groups
-    connect.ChooseWorker: connect._replay_choose,
-    connect.Prepared: connect._replay_prepared,
+    classic_events.PendingMemberAdded: classic_events._replay_event,
+    classic_events.PendingMemberForgotten: classic_events._replay_event,
+    classic_events.MemberJoined: classic_events._replay_event,
+    classic_events.StaticMemberReplaced: classic_events._replay_event,
+    classic_events.RebalanceStarted: classic_events._replay_event,
+    classic_events.BarrierExtended: classic_events._replay_event,
+    classic_events.MemberRemoved: classic_events._replay_event,
+    classic_events.JoinCompleted: classic_events._replay_event,
+    classic_events.SyncReceived: classic_events._replay_event,
+    Unconfirmed: replay_unconfirmed,    # consumer and connect groups
+    ChooseWorker: connect_replay._replay_choose,
+    Prepared: connect_replay._replay_prepared,
 }
 
 TIMER_KINDS = {
     offsets.RETENTION: offsets._retention_check,
-    classic.SESSION: classic._fire_session,
-    classic.JOIN: classic._fire_join,
-    classic.SYNC: classic._fire_sync,
-    consumer.SESSION_TIMER: consumer._session_expired,
-    consumer.REVOCATION_TIMER: consumer._revocation_expired,
-    consumer.ASSIGNMENT_TIMER: consumer._assignment_due,
-    connect.SESSION: connect._session_expired,
-    connect.REVOCATION: connect._revocation_expired,
-    connect.ASSIGNMENT: connect._assignment_expired,
-    connect.DELAYED: connect._delayed_rebalance,
+    classic_group.SESSION: classic_rebalance._fire_session,
+    classic_group.JOIN: classic_rebalance._fire_join,
+    classic_group.SYNC: classic_rebalance._fire_sync,
+    CONSUMER_SESSION: consumer_heartbeat._session_expired,
+    CONSUMER_REVOCATION: consumer_heartbeat._revocation_expired,
+    CONSUMER_ASSIGNMENT: consumer_target._assignment_due,
+    CONNECT_SESSION: connect_heartbeat._session_expired,
+    CONNECT_REVOCATION: connect_heartbeat._revocation_expired,
+    CONNECT_ASSIGNMENT: connect_install._assignment_expired,
+    CONNECT_DELAYED: connect_install._delayed_rebalance,
 }

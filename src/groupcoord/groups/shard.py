@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Optional
 
-from groupcoord.groups import classic, consumer, limits, offsets
+from groupcoord.groups import limits, offsets
+from groupcoord.groups.consumer.target import on_topics_changed
+from groupcoord.groups.classic.handlers import rebalance_for_topics
 from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.errors import error_response
 from groupcoord.groups.records import Record
@@ -107,7 +109,7 @@ class Shard:
         """Install a new topic catalog (an input, like Kafka's metadata image) and return the
         records of the epoch bumps of the groups whose subscribed topics changed."""
         self.topics = catalog
-        return consumer.on_topics_changed(self, now_ms)
+        return on_topics_changed(self, now_ms)
 
     # ------------------------------------------------------------------ mutation
     def replay(self, item) -> None:
@@ -148,7 +150,7 @@ class Shard:
 
     def scratch(self) -> "Shard":
         """An empty shard of the same configuration and catalog: where a handler may replay
-        records it is staging to see the group they make (connect.py's upgrade)."""
+        records it is staging to see the group they make (connect/heartbeat.py's _upgrade)."""
         return Shard(self.config, self.topics, strict=self.strict)
 
     # ------------------------------------------------------------------ inspection
@@ -181,5 +183,5 @@ def on_catalog_change(shard: Shard, old: TopicCatalog, new: TopicCatalog, now_ms
     changed, deleted = catalog_changes(old, new)
     if not changed:
         return []
-    return (classic.rebalance_for_topics(shard, changed, now_ms)
+    return (rebalance_for_topics(shard, changed, now_ms)
             + deleted_topic_offsets(shard, deleted, shard.config.message_max_bytes))

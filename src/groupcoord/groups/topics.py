@@ -6,8 +6,9 @@ group's subscribed topics bumps that group's epoch (``Shard.update_topics``). To
 
 What else a change does (``shard.on_catalog_change``, run by the runtime on each live shard after
 ``update_topics``; docs/server.md, "Topic catalog changes"): classic groups subscribed to a
-changed topic rebalance (``classic.rebalance_for_topics``), and the committed offsets of a
-deleted topic are deleted in every group, as tombstones (Kafka's onPartitionsDeleted).
+changed topic rebalance (classic/handlers.py, ``rebalance_for_topics``), and the committed
+offsets of a deleted topic are deleted in every group, as tombstones (Kafka's
+onPartitionsDeleted).
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ nothing else. Every group type's handlers stage through it:
 
 Staging never touches the shard: ``Shard.apply`` replays the records (the only mutator) and
 applies the timer operations. A group type that must see its own staged changes while it
-decides (several steps of one heartbeat) keeps a draft next to the staging: classic.py's
-``_Tx`` applies each event to a copy of the group, consumer.py's ``Plan`` layers the edits over
-the live group; connect.py reads the live group and stages records only.
+decides (several steps of one heartbeat) keeps a draft next to the staging: classic's
+``ClassicTx`` applies each event to a copy of the group, consumer/tx.py's ``ConsumerTx`` layers the edits
+over the live group; connect/heartbeat.py reads the live group and stages records only.
 """
 from __future__ import annotations
 

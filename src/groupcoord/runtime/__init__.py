@@ -1,16 +1,16 @@
-"""The shard runtime: coordinator state machines on the asyncio loop with durable logs.
+"""The shard runtime: the groups' state machines on the asyncio loop with durable logs.
 
-    from groupcoord.runtime import Coordinator, RuntimeConfig
-    coord = Coordinator(RuntimeConfig(data_dir="./data", shards=50), topics=catalog)
-    await coord.start()
-    response = await coord.submit(request, version, client_id, client_host)
-    await coord.close()
+    from groupcoord.runtime import RuntimeConfig, ShardSet
+    shards = ShardSet(RuntimeConfig(data_dir="./data", shards=50), topics=catalog)
+    await shards.start()
+    response = await shards.submit(request, version, client_id, client_host)
+    await shards.close()
 
 See docs/runtime.md.
 """
 from groupcoord.runtime.config import RuntimeConfig
-from groupcoord.runtime.coordinator import GROUP_APIS, Coordinator, java_string_hash, shard_for
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
+from groupcoord.runtime.shards import GROUP_APIS, ShardSet, java_string_hash, shard_for
 
-__all__ = ["Coordinator", "RuntimeConfig", "ShardRuntime", "ShardState", "GROUP_APIS",
+__all__ = ["ShardSet", "RuntimeConfig", "ShardRuntime", "ShardState", "GROUP_APIS",
            "shard_for", "java_string_hash", "wall_clock_ms"]

@@ -20,7 +20,7 @@ one deleted by a client is not created again). Files without "given" read as giv
 While serving, clients change the catalog with CreateTopics (server.py), CreatePartitions and
 DeleteTopics (``create_partitions`` / ``delete_topics`` below), one change at a time (the
 server's catalog lock): plan (node.py, pure), write topics.json atomically, then install the
-catalog on the coordinator (``set_topics``), and only then answer. A change acknowledged is
+catalog on the shards (``ShardSet.set_topics``), and only then answer. A change acknowledged is
 in the file, so it survives a crash; a change whose write failed is answered
 KAFKA_STORAGE_ERROR and changed nothing. A deleted topic leaves the file; its id is derived
 from its name, so a topic created again under the name gets the same id (Kafka would give
@@ -38,8 +38,12 @@ from typing import Iterable, Optional
 
 import msgspec
 
+from groupcoord.groups.limits import validate_topic_name
 from groupcoord.groups.topics import Topic, TopicCatalog, topic_id_for
+from groupcoord.protocol.api_keys import CREATE_PARTITIONS, DELETE_TOPICS
 from groupcoord.protocol.error_codes import ErrorCode
+from groupcoord.server.topic_admin import (MAX_PARTITIONS, plan_create_partitions,
+                                           plan_delete_topics, timed_out_response)
 
 __all__ = ["TopicSpec", "CatalogError", "CatalogStore", "parse_topic_arg", "load_topics_file",
            "merge_topics", "load_or_create_cluster_id", "atomic_write", "create_partitions",
@@ -67,7 +71,6 @@ class _TopicsFile(msgspec.Struct):
 
 
 def _check_spec(spec: TopicSpec, where: str) -> TopicSpec:
-    from groupcoord.server.node import MAX_PARTITIONS, validate_topic_name
     bad = validate_topic_name(spec.name)
     if bad:
         raise CatalogError("%s: %s" % (where, bad))
@@ -223,59 +226,44 @@ def load_or_create_cluster_id(data_dir: Optional[str]) -> str:
 async def create_partitions(server, req, version: int, arrived: float):
     """CreatePartitions (37) on the running server (``arrived``: loop time the request was
     taken, for its TimeoutMs)."""
-    from groupcoord.server import node as N
-
-    def failed(resp, err):
-        for r in resp.results:
-            if r.error_code == 0:
-                r.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
-                r.error_message = err
 
     def done(resp, new):
         log.info("topic partitions raised: %s", ", ".join(
             "%s to %d" % (r.name, new.by_name[r.name].partitions)
             for r in resp.results if r.error_code == 0))
 
-    return await _change(server, N.CREATE_PARTITIONS, req, version, arrived,
-                         N.plan_create_partitions, failed, done)
+    return await _change(server, CREATE_PARTITIONS, req, version, arrived,
+                         plan_create_partitions, "results", done)
 
 
 async def delete_topics(server, req, version: int, arrived: float):
     """DeleteTopics (20) on the running server."""
-    from groupcoord.server import node as N
-
-    def failed(resp, err):
-        for r in resp.responses:
-            if r.error_code == 0:
-                r.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
-                r.error_message = err
 
     def done(resp, new):
         log.info("topic(s) deleted: %s", ", ".join(
             str(r.name) for r in resp.responses if r.error_code == 0))
 
-    return await _change(server, N.DELETE_TOPICS, req, version, arrived,
-                         N.plan_delete_topics, failed, done)
+    return await _change(server, DELETE_TOPICS, req, version, arrived,
+                         plan_delete_topics, "responses", done)
 
 
-async def _change(server, api_key: int, req, version: int, arrived: float, plan, failed,
-                  done):
+async def _change(server, api_key: int, req, version: int, arrived: float, plan,
+                  results: str, done):
     """One catalog change: wait for the catalog lock (at most TimeoutMs from ``arrived``:
     REQUEST_TIMED_OUT otherwise, nothing changed), plan against the current catalog,
-    persist, install, answer."""
-    from groupcoord.server import node as N
+    persist, install, answer. ``results``: the response's field of per-topic results."""
     lock = server._topics_lock          # shared with Server.create_topics
     if lock.locked():
         left = arrived + max(0, req.timeout_ms) / 1000.0 - server.loop.time()
         try:
             await asyncio.wait_for(lock.acquire(), max(0.0, left))
         except asyncio.TimeoutError:
-            return N.timed_out_response(api_key, req, version)
+            return timed_out_response(api_key, req, version)
     else:
         await lock.acquire()            # free: taken without waiting
     try:
-        coord = server.coordinator
-        resp, new = plan(req, version, coord.topics, server.config.catalog_limits)
+        shards = server.shards
+        resp, new = plan(req, version, shards.topics, server.config.catalog_limits)
         if new is None:
             return resp
         if server.store is not None:
@@ -283,9 +271,13 @@ async def _change(server, api_key: int, req, version: int, arrived: float, plan,
                 await server.loop.run_in_executor(None, server.store.save, new)
             except OSError as e:
                 log.error("cannot persist the topic catalog: %s", e)
-                failed(resp, "cannot persist the topic catalog: %s" % e)
+                # Nothing changed: each topic the plan accepted is answered so.
+                for r in getattr(resp, results):
+                    if r.error_code == 0:
+                        r.error_code = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                        r.error_message = "cannot persist the topic catalog: %s" % e
                 return resp
-        await coord.set_topics(new)
+        await shards.set_topics(new)
         done(resp, new)
         return resp
     finally:

@@ -1,7 +1,7 @@
-"""`groupcoord serve`: wire the runtime's Coordinator and the Server together and run them.
+"""`groupcoord serve`: wire the runtime's ShardSet and the Server together and run them.
 
 Startup: merge --topic/--topics-file into <data-dir>/topics.json, load every shard
-(``Coordinator.start``), bind, then print exactly one line to stdout and flush it:
+(``ShardSet.start``), bind, then print exactly one line to stdout and flush it:
 
     groupcoord: listening on HOST:PORT (N shards loaded from DATA_DIR)
 
@@ -21,7 +21,7 @@ from typing import Optional
 
 from groupcoord.server.catalog import (CatalogError, CatalogStore, load_topics_file,
                                        merge_topics, parse_topic_arg)
-from groupcoord.server.node import CatalogLimits, check_catalog_limits
+from groupcoord.server.topic_admin import CatalogLimits, check_catalog_limits
 from groupcoord.server.server import Server, ServerConfig
 
 __all__ = ["add_serve_parser", "run"]
@@ -363,8 +363,8 @@ def run(args) -> int:
 
 async def _serve(args, given) -> int:
     try:
-        from groupcoord.runtime import Coordinator, RuntimeConfig
-        from groupcoord.runtime.coordinator import ShardLoadError
+        from groupcoord.runtime import RuntimeConfig, ShardSet
+        from groupcoord.runtime.shards import ShardLoadError
     except ImportError as e:   # pragma: no cover - the runtime is part of the package
         raise StartupError("the coordinator runtime is not available: %s" % e) from None
     loop = asyncio.get_running_loop()
@@ -392,16 +392,16 @@ async def _serve(args, given) -> int:
              "" if not len(catalog) else ": " + ", ".join(
                  "%s (%d)" % (t.name, t.partitions) for t in catalog))
 
-    coord = Coordinator(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
-                                      fsync=args.fsync, shard_config=args.shard_config),
-                        topics=catalog)
+    shards = ShardSet(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
+                                    fsync=args.fsync, shard_config=args.shard_config),
+                      topics=catalog)
     try:
-        await coord.start()
+        await shards.start()
     except ShardLoadError as e:
         raise StartupError(str(e)) from None
     # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
     # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
-    loaded = args.shards - len(coord.failed_shards())
+    loaded = args.shards - len(shards.failed_shards())
     server = Server(ServerConfig(
         host=args.host, port=args.port, advertised_host=args.advertised_host,
         data_dir=args.data_dir, max_frame_bytes=args.max_frame_bytes,
@@ -409,11 +409,11 @@ async def _serve(args, given) -> int:
         connections_max_idle_ms=args.connections_max_idle_ms,
         queued_max_request_bytes=args.queued_max_request_bytes,
         max_queued_response_bytes=args.max_queued_response_bytes,
-        catalog_limits=limits), coord, store=store)
+        catalog_limits=limits), shards, store=store)
     try:
         host, port = await server.start()
     except OSError as e:
-        await coord.close()
+        await shards.close()
         raise StartupError("cannot listen on %s:%s: %s" % (args.host, args.port,
                                                            e.strerror or e)) from None
     if not stop.is_set():

@@ -1,19 +1,19 @@
 """The TCP front end: listening socket, connection table, limits, idle reaping, shutdown.
 
-    server = Server(ServerConfig(host="127.0.0.1", port=0), coordinator, store=CatalogStore(d))
+    server = Server(ServerConfig(host="127.0.0.1", port=0), shards, store=CatalogStore(d))
     host, port = await server.start()       # bound; Metadata advertises (advertised host, port)
     ...
-    await server.shutdown()                  # stop accepting, drain, coordinator.close(), close
+    await server.shutdown()                  # stop accepting, drain, shards.close(), close
 
-This is the only layer with sockets and the event loop (uvloop by default, see cli.py). The
-coordinator is anything with the runtime's interface (start/serves/submit/topics/set_topics/
-close); the server never looks inside it.
+This is the only layer with sockets and the event loop (uvloop by default, see cli.py).
+``shards`` is the node's shards: anything with the interface of the runtime's ShardSet
+(start/serves/submit_nowait/topics/set_topics/close); the server never looks inside it.
 
 Shutdown order (SIGTERM/SIGINT in ``groupcoord serve``):
   1. stop accepting and stop reading requests on every connection;
   2. answer held Fetches now, and wait (at most ``shutdown_grace_ms``) for the requests already
      read to be answered and written;
-  3. ``coordinator.close()``: it answers the requests still parked (JoinGroup at the barrier,
+  3. ``shards.close()``: it answers the requests still parked (JoinGroup at the barrier,
      SyncGroup waiting for the leader) and flushes durable writes; their responses are written
      (again bounded by the grace time);
   4. close every connection.
@@ -29,9 +29,10 @@ from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
-from groupcoord.server.connection import Connection
+from groupcoord.server.connection import ServerConnection
 from groupcoord.server.flow import DEFAULT_QUEUED_MAX_REQUEST_BYTES, RequestBytesPool
 from groupcoord.server.metadata_cache import MetadataCache
+from groupcoord.server.topic_admin import CatalogLimits, plan_create_topics
 
 __all__ = ["Server", "ServerConfig"]
 
@@ -56,13 +57,13 @@ class ServerConfig:
     shutdown_grace_ms: int = 5_000
     backlog: int = 1024
     cluster_id: Optional[str] = None        # overrides the stored one (tests)
-    catalog_limits: N.CatalogLimits = N.CatalogLimits()     # CreateTopics: off by default
+    catalog_limits: CatalogLimits = CatalogLimits()     # CreateTopics: off by default
 
 
 class Server:
-    def __init__(self, config: ServerConfig, coordinator, store: Optional[CatalogStore] = None):
+    def __init__(self, config: ServerConfig, shards, store: Optional[CatalogStore] = None):
         self.config = config
-        self.coordinator = coordinator
+        self.shards = shards
         self.store = store
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.node: Optional[N.NodeState] = None
@@ -88,13 +89,13 @@ class Server:
         self._topics_lock = asyncio.Lock()
         self.request_pool = RequestBytesPool(cfg.queued_max_request_bytes, self.loop)
         cluster_id = cfg.cluster_id or load_or_create_cluster_id(cfg.data_dir)
-        ranges = N.node_api_ranges(supported_versions(), self.coordinator.serves)
-        coord = self.coordinator
+        ranges = N.node_api_ranges(supported_versions(), self.shards.serves)
+        shards = self.shards
         self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
-                                lambda: coord.topics, ranges)
+                                lambda: shards.topics, ranges)
         self.metadata_cache = MetadataCache(self.node, self.loop)
         self._srv = await self.loop.create_server(
-            lambda: Connection(self), cfg.host, cfg.port, backlog=cfg.backlog,
+            lambda: ServerConnection(self), cfg.host, cfg.port, backlog=cfg.backlog,
             reuse_address=True)
         sock = self._srv.sockets[0]
         host, port = sock.getsockname()[:2]
@@ -126,9 +127,9 @@ class Server:
             c.release_held()
         await self._drain(grace)
         try:
-            await self.coordinator.close()
+            await self.shards.close()
         except Exception:
-            log.exception("coordinator close failed")
+            log.exception("closing the shards failed")
         await self._drain(grace)
         for c in list(self.connections):
             c.close()
@@ -153,7 +154,7 @@ class Server:
             await asyncio.sleep(0.01)
 
     # ------------------------------------------------------------------ connections
-    def _admit(self, conn: Connection) -> bool:
+    def _admit(self, conn: ServerConnection) -> bool:
         if self.stopping:
             return False
         if len(self.connections) >= self.config.max_connections:
@@ -180,7 +181,7 @@ class Server:
                     "--max-connections limit; %d refused since start", n, self._refused_peer,
                     len(self.connections), self.refused_total)
 
-    def _forget(self, conn: Connection) -> None:
+    def _forget(self, conn: ServerConnection) -> None:
         self.connections.discard(conn)
 
     async def _reap_idle(self) -> None:
@@ -200,8 +201,8 @@ class Server:
     async def create_topics(self, req, version: int):
         # Serialised: two concurrent creates must both see each other's topics.
         async with self._topics_lock:
-            resp, new = N.plan_create_topics(req, version, self.coordinator.topics,
-                                             self.config.catalog_limits)
+            resp, new = plan_create_topics(req, version, self.shards.topics,
+                                           self.config.catalog_limits)
             if new is None:
                 return resp
             created = [r for r in resp.topics if r.error_code == 0]
@@ -217,7 +218,7 @@ class Server:
                         r.num_partitions = r.replication_factor = -1
                         r.configs = None
                     return resp
-            await self.coordinator.set_topics(new)
+            await self.shards.set_topics(new)
             log.info("created topic(s) %s", ", ".join("%s (%d partitions)"
                                                       % (r.name, r.num_partitions)
                                                       for r in created))

@@ -2,7 +2,7 @@
 Heartbeat and LeaveGroup of a member "using the classic protocol" inside a consumer group
 (routing.py sends them here when a consumer group holds the id; docs/coordinator-migration.md).
 
-The coordinator assigns for such a member exactly as for the other members (same Plan steps):
+The coordinator assigns for such a member exactly as for the other members (same ConsumerTx steps):
   JoinGroup   update the subscription, reconcile (owned partitions from the subscription),
               answer at once: generation = member epoch, leader = the member, no members
   SyncGroup   its assigned partitions as a ConsumerProtocolAssignment
@@ -13,14 +13,20 @@ from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.groups import classic, ids
-from groupcoord.groups.consumer import (SESSION_TIMER, Plan, Reject, check_group_size,
-                                             ensure_target, replace_static_member, session_ms,
-                                             update_member)
-from groupcoord.groups.migration import (CONSUMER_PROTOCOL_TYPE, chosen_protocol,
-                                              classic_member_id, classic_meta, topic_name,
+from groupcoord.groups import ids
+from groupcoord.groups.classic.rebalance import (join_error, join_rebalance_timeout,
+                                                 leave_response, session_timeout_refused)
+from groupcoord.groups.consumer.group import SESSION_TIMER, session_ms
+from groupcoord.groups.consumer.heartbeat import (check_group_size, replace_static_member,
+                                                  update_member)
+from groupcoord.groups.consumer.target import ensure_target
+from groupcoord.groups.consumer.tx import ConsumerTx
+from groupcoord.groups.errors import Reject
+from groupcoord.groups.consumer.migration import (CONSUMER_PROTOCOL_TYPE, chosen_protocol,
+                                              classic_meta, topic_name,
                                               uses_classic)
-from groupcoord.groups.reconcile import EMPTY_SET, STABLE, units_of_index
+from groupcoord.groups.modern.membership import classic_member_id
+from groupcoord.groups.modern.reconcile import EMPTY_SET, STABLE, units_of_index
 from groupcoord.groups.result import Result, TimerKey
 from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
@@ -33,42 +39,41 @@ def join(shard, g, req, ctx) -> Result:
     """JoinGroup of a classic member into the consumer group ``g``."""
     v = ctx.version
     cfg = shard.config
-    if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms \
-            <= cfg.group_max_session_timeout_ms:
-        return Result(classic._join_error(v, E.INVALID_SESSION_TIMEOUT, req.member_id))
+    if session_timeout_refused(cfg, req):
+        return Result(join_error(v, E.INVALID_SESSION_TIMEOUT, req.member_id))
     protocols = tuple((p.name, bytes(p.metadata)) for p in req.protocols)
     if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
-        return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+        return Result(join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
     try:
         _, sub = embedded.decode_subscription(protocols[0][1])
     except ProtocolError:         # the bytes are not a consumer subscription
-        return Result(classic._join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+        return Result(join_error(v, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
     instance = req.group_instance_id if v >= 5 else None
-    rt = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms >= 0 \
-        else req.session_timeout_ms
-    plan = Plan(shard, g.group_id, g, ctx.now_ms)
+    rt = join_rebalance_timeout(req, v)
+    tx = ConsumerTx(shard, g.group_id, g, ctx.now_ms)
     try:
-        mid, base, replaced = _join_member(plan, g, req.member_id, instance, ctx)
+        mid, base, replaced = _join_member(tx, g, req.member_id, instance, ctx)
     except Reject as rej:
-        return Result(classic._join_error(v, rej.code, req.member_id))
+        return Result(join_error(v, rej.code, req.member_id))
     if instance is None and base is not None:
         instance = base.instance_id      # a static member rejoining at JoinGroup v0-v4
     meta = classic_meta(sub, rt, protocols, ctx.client_id, ctx.client_host, instance,
                         req.session_timeout_ms)
-    update_member(plan, mid, base, meta, replaced)
-    ensure_target(plan)
-    owned = EMPTY_SET if base is None else _owned_units(plan, sub)
-    _, nxt = plan.reconcile(mid, owned)
-    plan.timers.append((TimerKey(SESSION_TIMER, g.group_id, mid),
+    update_member(tx, mid, base, meta, replaced)
+    ensure_target(tx)
+    owned = EMPTY_SET if base is None else _owned_units(tx, sub)
+    nxt = tx.reconcile(mid, owned, joining=base is None, known=base is not None,
+                         answered=False).nxt
+    tx.timers.append((TimerKey(SESSION_TIMER, g.group_id, mid),
                         ctx.now_ms + req.session_timeout_ms))
-    return plan.result(m.JoinGroupResponse(
+    return tx.result(m.JoinGroupResponse(
         error_code=0, generation_id=nxt.epoch,
         protocol_type=CONSUMER_PROTOCOL_TYPE if v >= 7 else None,
         protocol_name=protocols[0][0], leader=mid, skip_assignment=False, member_id=mid,
         members=[]))
 
 
-def _join_member(plan: Plan, g, member_id: str, instance: Optional[str], ctx) -> tuple:
+def _join_member(tx: ConsumerTx, g, member_id: str, instance: Optional[str], ctx) -> tuple:
     """(member id, metadata before this join or None, replaced?) of a classic JoinGroup."""
     if member_id:
         mem = g.members.get(member_id)
@@ -77,7 +82,7 @@ def _join_member(plan: Plan, g, member_id: str, instance: Optional[str], ctx) ->
         if instance is not None and g.static.get(instance) != member_id:
             raise Reject(E.FENCED_INSTANCE_ID, "another member holds the instance id")
         return member_id, mem.meta, False
-    check_group_size(plan, "")
+    check_group_size(tx, "")
     holder_id = g.static.get(instance) if instance is not None else None
     prefix = instance if instance is not None else ctx.client_id
     new_id = ids.generated_id(g.group_id, ctx.now_ms, g.epoch, len(g.members), prefix,
@@ -88,14 +93,14 @@ def _join_member(plan: Plan, g, member_id: str, instance: Optional[str], ctx) ->
         return new_id, None, False
     # A static member rejoining under a new id takes its predecessor's place.
     holder = g.members[holder_id]
-    replace_static_member(plan, holder, new_id)
+    replace_static_member(tx, holder, new_id)
     return new_id, holder.meta, True
 
 
-def _owned_units(plan: Plan, sub) -> frozenset:
+def _owned_units(tx: ConsumerTx, sub) -> frozenset:
     """The partitions the member says it owns (its subscription's OwnedPartitions)."""
-    ix_of = plan.group.topic_ix.get
-    catalog = plan.shard.topics
+    ix_of = tx.group.topic_ix.get
+    catalog = tx.shard.topics
     out = []
     for tp in sub.owned_partitions:
         t = catalog.get(tp.topic)
@@ -106,7 +111,7 @@ def _owned_units(plan: Plan, sub) -> frozenset:
 
 def _classic_member(g, member_id: str, instance: Optional[str]) -> tuple:
     """(member, 0) or (None, error code)."""
-    mid, err = classic_member_id(g, member_id, instance)
+    mid, err = classic_member_id(g, member_id, instance, uses_classic)
     return (None, err) if err else (g.members[mid], 0)
 
 
@@ -122,7 +127,7 @@ def sync(shard, g, req, ctx) -> Result:
         err = E.INCONSISTENT_GROUP_PROTOCOL
     if err:
         return Result(m.SyncGroupResponse(error_code=int(err)))
-    plan = Plan(shard, g.group_id, g, ctx.now_ms)
+    tx = ConsumerTx(shard, g.group_id, g, ctx.now_ms)
     by: dict = {}
     for tid, p in g.external(mem.a.assigned):
         by.setdefault(shard.topics.by_id[tid].name if tid in shard.topics.by_id
@@ -133,8 +138,8 @@ def sync(shard, g, req, ctx) -> Result:
     blob = embedded.encode_assignment(m.ConsumerProtocolAssignment(assigned_partitions=[
         m.ConsumerProtocolAssignmentTopicPartition(topic=t, partitions=ps)
         for t, ps in sorted(by.items())]), max(version, 0))
-    plan.timers.append((mem.session_key, ctx.now_ms + session_ms(mem.meta, 0)))
-    return plan.result(m.SyncGroupResponse(
+    tx.timers.append((mem.session_key, ctx.now_ms + session_ms(mem.meta, 0)))
+    return tx.result(m.SyncGroupResponse(
         error_code=0, assignment=blob,
         protocol_type=CONSUMER_PROTOCOL_TYPE if v >= 5 else None,
         protocol_name=name if v >= 5 else None))
@@ -159,14 +164,14 @@ def leave(shard, g, req, ctx) -> Result:
     v = ctx.version
     who = [(mi.member_id, mi.group_instance_id) for mi in req.members] if v >= 3 \
         else [(req.member_id, None)]
-    plan = Plan(shard, g.group_id, g, ctx.now_ms)
+    tx = ConsumerTx(shard, g.group_id, g, ctx.now_ms)
     codes = []
     for member_id, instance in who:
         mem, err = _classic_member(g, member_id, instance)
-        if not err and mem.member_id in plan.removed:
+        if not err and mem.member_id in tx.removed:
             err = E.UNKNOWN_MEMBER_ID
         if not err:
-            plan.fence(mem.member_id)
+            tx.fence(mem.member_id)
         codes.append(err)
-    resp = classic.leave_response(v, who, codes)
-    return plan.result(resp)
+    resp = leave_response(v, who, codes)
+    return tx.result(resp)

@@ -1,10 +1,10 @@
-"""The node's coordinator: N shards, each a ShardRuntime with its own log, and the routing of
+"""The node's shards: N of them, each a ShardRuntime with its own log, and the routing of
 group requests to them.
 
-    coord = Coordinator(RuntimeConfig(data_dir=..., shards=50), topics=TopicCatalog(...))
-    await coord.start()                       # load every shard
-    response = await coord.submit(request, version, client_id, client_host)
-    await coord.close()
+    shards = ShardSet(RuntimeConfig(data_dir=..., shards=50), topics=TopicCatalog(...))
+    await shards.start()                      # load every shard
+    response = await shards.submit(request, version, client_id, client_host)
+    await shards.close()
 
 A group lives on shard ``shard_of(group_id)``: the group id's Java ``String.hashCode``, made
 non-negative as Kafka does, modulo the number of shards — the same arithmetic Kafka uses to
@@ -37,7 +37,7 @@ from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
 
-__all__ = ["Coordinator", "ShardLoadError", "shard_for", "java_string_hash", "GROUP_APIS"]
+__all__ = ["ShardSet", "ShardLoadError", "shard_for", "java_string_hash", "GROUP_APIS"]
 
 log = logging.getLogger("groupcoord.runtime")
 
@@ -78,7 +78,7 @@ def shard_for(group_id: str, shards: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % shards
 
 
-class Coordinator:
+class ShardSet:
     def __init__(self, config: Optional[RuntimeConfig] = None,
                  topics: Optional[TopicCatalog] = None, *,
                  clock: Callable[[], int] = wall_clock_ms):
@@ -204,37 +204,38 @@ class Coordinator:
         return await asyncio.gather(*(self.shards[i].submit(parts[i], version, client_id,
                                                             client_host) for i in order))
 
-    def _split(self, names) -> dict:
+    def _split(self, items, key=None) -> dict:
+        """shard index -> the items on it, in request order: group ids, or entries whose
+        ``key(entry)`` is the group id (or config resource name) that places them."""
         by: dict = {}
-        for n in names:
-            by.setdefault(shard_for(n, self._n), []).append(n)
+        for it in items:
+            by.setdefault(shard_for(it if key is None else key(it), self._n), []).append(it)
         return by
+
+    async def _run_split(self, req, field: str, version, client_id, client_host, key=None):
+        """``req`` split by shard on its list ``field``; the parts run concurrently ->
+        their responses in shard index order."""
+        parts = {i: msgspec.structs.replace(req, **{field: items})
+                 for i, items in self._split(getattr(req, field), key).items()}
+        return await self._fan_out(parts, version, client_id, client_host)
 
     async def _describe(self, field: str, req, version, client_id, client_host):
         """DescribeGroups (field "groups") and Consumer/ConnectGroupDescribe ("group_ids")."""
         names = getattr(req, field)
-        parts = {i: msgspec.structs.replace(req, **{field: g})
-                 for i, g in self._split(names).items()}
-        resps = await self._fan_out(parts, version, client_id, client_host)
+        resps = await self._run_split(req, field, version, client_id, client_host)
         return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
                                        groups=_in_order(names, resps))
 
     async def _delete_groups(self, req, version, client_id, client_host):
-        names = req.groups_names
-        parts = {i: msgspec.structs.replace(req, groups_names=g)
-                 for i, g in self._split(names).items()}
-        resps = await self._fan_out(parts, version, client_id, client_host)
+        resps = await self._run_split(req, "groups_names", version, client_id, client_host)
         return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
-                                       results=_in_order(names, resps, "results"))
+                                       results=_in_order(req.groups_names, resps, "results"))
 
     async def _configs(self, field: str, req, version, client_id, client_host):
         """DescribeConfigs / IncrementalAlterConfigs: each resource goes to the shard of its
         name (a GROUP resource's is its group's; the others are refused wherever they go)."""
-        by: dict = {}
-        for r in req.resources:
-            by.setdefault(shard_for(r.resource_name, self._n), []).append(r)
-        parts = {i: msgspec.structs.replace(req, resources=rs) for i, rs in by.items()}
-        resps = await self._fan_out(parts, version, client_id, client_host)
+        resps = await self._run_split(req, "resources", version, client_id, client_host,
+                                      key=lambda r: r.resource_name)
         found: dict = {}
         for resp in resps:
             for r in getattr(resp, field):
@@ -256,11 +257,8 @@ class Coordinator:
         if req.groups is None or version < 8:
             shard = self.shards[shard_for(req.group_id, self._n)]
             return await shard.submit(req, version, client_id, client_host)
-        by: dict = {}
-        for g in req.groups:
-            by.setdefault(shard_for(g.group_id, self._n), []).append(g)
-        parts = {i: msgspec.structs.replace(req, groups=g) for i, g in by.items()}
-        resps = await self._fan_out(parts, version, client_id, client_host)
+        resps = await self._run_split(req, "groups", version, client_id, client_host,
+                                      key=lambda g: g.group_id)
         return msgspec.structs.replace(resps[0] if resps else _empty(req, version),
                                        groups=_in_order([g.group_id for g in req.groups],
                                                         resps))

@@ -1,4 +1,6 @@
-"""KIP-848 per-member reconciliation, shared by consumer and connect groups.
+"""KIP-848 per-member reconciliation: the one implementation every modern group type runs
+(consumer groups, connect groups, and the classic-protocol members inside either). A group
+type supplies only its units and its target; :func:`reconcile_member` decides the rest.
 
 A unit of work is an int key: ``(index << 32) | sub`` where ``index`` is a topic (consumer) or
 connector (connect) interned by the group and ``sub`` the partition, or ``task + 1`` with 0 for
@@ -33,7 +35,8 @@ from groupcoord.protocol.error_codes import ErrorCode
 
 __all__ = ["STABLE", "UNREVOKED", "UNRELEASED", "MemberAssignment", "unit", "unit_parts",
            "units_of_index", "split_units", "next_assignment", "revoked_moves_epoch",
-           "check_member_epoch", "EMPTY_SET", "NEW_MEMBER"]
+           "check_member_epoch", "EMPTY_SET", "NEW_MEMBER", "Step", "reconcile_member",
+           "acknowledging", "KEEP", "ARM", "CANCEL"]
 
 STABLE = int(MemberState.STABLE)
 UNREVOKED = int(MemberState.UNREVOKED)
@@ -141,10 +144,8 @@ def revoked_moves_epoch(cur: MemberAssignment, nxt: MemberAssignment,
     must now revoke more (next_assignment keeps its epoch then). The epoch is what tells the
     member's late requests from its live ones: kept, a commit it sent before it released
     those partitions, arriving late, passes the epoch check and overwrites the offsets of
-    their new owner (simulation finding 11, seed 1006657). Applied to next_assignment's
-    result by consumer groups only: connect groups share next_assignment but not yet this
-    rule (their commit check has the same gap; adopting it changes connect behaviour and
-    needs its own simulation run)."""
+    their new owner (simulation finding 11, seed 1006657). Every group type gets it through
+    reconcile_member."""
     if (cur.state == UNREVOKED and nxt.state == UNREVOKED and nxt != cur
             and 0 <= cur.epoch < target_epoch):
         return nxt._replace(epoch=cur.epoch + 1, previous_epoch=cur.epoch)
@@ -178,3 +179,66 @@ def update_holders(holders: dict, member_id, old: Optional[MemberAssignment],
                 del holders[u]
     if new_held:
         holders.update(dict.fromkeys(new_held, member_id))
+
+
+# ---------------------------------------------------------------- one heartbeat's step
+KEEP, ARM, CANCEL = 0, 1, 2        # what happens to the member's revocation timer
+
+
+class Step(NamedTuple):
+    """What one request does to a member's current assignment (reconcile_member)."""
+    cur: MemberAssignment
+    nxt: MemberAssignment
+    revocation: int                 # KEEP, ARM (now + rebalance timeout) or CANCEL
+    send: bool                      # the answer carries the assignment
+    unconfirmed: Optional[bool]     # the member's new "unconfirmed" flag; None: unchanged
+
+
+def acknowledging(owned: Optional[frozenset], rejoin: bool) -> Optional[frozenset]:
+    """The owned set that may acknowledge a pending revocation: not that of an epoch-0
+    heartbeat of a member the group already knows (``rejoin``): a rejoin, or a late copy of
+    its first join whose set predates work given to it since -- acknowledged, that copy
+    would release work its member still runs (simulation, seeds 209968, 211303). The
+    member's next heartbeat at its epoch acknowledges."""
+    return None if rejoin else owned
+
+
+def reconcile_member(cur: MemberAssignment, target_epoch: int, target: frozenset,
+                     owned: Optional[frozenset], acks: Optional[frozenset], holders, me, *,
+                     joining: bool, repeat: Optional[bool]) -> Step:
+    """The member's next assignment and what follows from it.
+
+    owned: the units the member reports in this request (None: not reported); acks: the
+    set that may acknowledge a revocation (acknowledging(), or owned for a classic-protocol
+    member, whose JoinGroup is how it revokes); joining: a (re)join (epoch 0 / JoinGroup);
+    repeat: whether the member was answered an assignment it has not confirmed yet, or None
+    for a classic-protocol member (SyncGroup carries its assignment, not this answer).
+
+    Rules, each written here only:
+    - next_assignment, then revoked_moves_epoch (Kafka's epoch move after a revocation);
+    - the revocation timer is armed when the member starts revoking, when what it must
+      revoke changes, and on a (re)join that leaves it revoking (its timer was cancelled or
+      must restart); cancelled when it stops revoking;
+    - the send-assignment rule (Kafka's, plus ours): the answer carries the assignment when
+      it changed, on a (re)join, when the owned set reported differs from it, on every
+      answer while a revocation is pending (finding 2), and until the member confirms it by
+      reporting exactly that assignment as owned (finding 10). The answer that carried a
+      change may have gone to a late copy of a request: the member saw its retry answered,
+      so its next heartbeats omit their owned set; it would never run units given to it, or
+      never acknowledge a revocation it never heard of (seeds 100011, 502916, 502670)."""
+    nxt = next_assignment(cur, target_epoch, target, acks, holders, me)
+    # Through the module's globals: the simulation's mutation revoked-keeps-epoch patches it.
+    nxt = revoked_moves_epoch(cur, nxt, target_epoch)
+    if nxt.state == UNREVOKED and (cur.state != UNREVOKED or nxt != cur or joining):
+        revocation = ARM
+    elif cur.state == UNREVOKED and nxt.state != UNREVOKED:
+        revocation = CANCEL
+    else:
+        revocation = KEEP
+    if repeat is None:
+        return Step(cur, nxt, revocation, False, None)
+    confirmed = owned == nxt.assigned
+    send = (joining or nxt.assigned != cur.assigned or nxt.state == UNREVOKED
+            or ((owned is not None or repeat) and not confirmed))
+    unconfirmed = send and not confirmed
+    return Step(cur, nxt, revocation, send, None if unconfirmed == repeat else unconfirmed)

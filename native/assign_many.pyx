@@ -1,9 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 # cython: initializedcheck=False, cdivision=True
-"""Batched forms of the assignors and owner-array kernels: many groups per call.
+"""The assignors and owner-array kernels over many groups per call (groupcoord.assign.many).
 
-Layout (docs/spark-bench.md, "Batched native API"; the data model is docs/assign.md):
-the groups of a batch are concatenated. Group g owns
+Layout (docs/assign.md, "Many groups at once"): the groups are concatenated. Group g owns
   * units     unit_off[g] .. unit_off[g+1]-1 of every per-unit array (owner, current, ...),
   * members   member_off[g] .. member_off[g+1]-1 of every per-member array,
   * topics    topic_off[g] .. (consumer groups: partitions_per_topic),
@@ -16,8 +15,11 @@ member_off[g] + m subscribes subs[sub_indptr[member_off[g] + m] : ...+1].
 Every loop over groups is here, in C; uniform, range, connect eager and incremental-
 cooperative call the per-group C cores of assign_uniform / assign_connect (cimported through
 their .pxd) without the GIL. Classic cooperative-sticky is the exception: its kernel
-(assign_client.sticky) allocates numpy workspaces and raises from inside, so each group goes
-through that entry point from this compiled loop (docs/spark-bench.md).
+(assign_classic.sticky) allocates numpy workspaces and raises from inside, so each group goes
+through that entry point from this compiled loop.
+
+Bounds checks are off, so every entry point checks its offsets and lengths first and raises
+ValueError (never reads out of bounds on bad input).
 """
 import numpy as np
 
@@ -26,7 +28,7 @@ from libc.stdlib cimport malloc, free
 
 from groupcoord._native.assign_uniform cimport _uniform, _range
 from groupcoord._native.assign_connect cimport IcaWork, _eager, _ica, ica_workspace
-from groupcoord._native import assign_client as _client
+from groupcoord._native import assign_classic as _classic
 
 ctypedef int32_t i32
 ctypedef int64_t i64
@@ -36,17 +38,53 @@ cdef extern from "math.h":
     double INFINITY
 
 
-cdef _check_offsets(const i64[::1] off, Py_ssize_t G, Py_ssize_t n, str what):
+cdef _check_offsets(const i64[::1] off, Py_ssize_t G, Py_ssize_t n, str name):
+    # off: G + 1 entries, from 0, never decreasing, ending at n (n < 0: any end -- member_off,
+    # whose end is the member count the per-member arrays are then checked against).
+    if G < 0:
+        raise ValueError("%s must have at least one entry (0)" % name)
     if off.shape[0] != G + 1:
-        raise ValueError("%s_off must have %d entries (groups + 1), got %d"
-                         % (what, G + 1, off.shape[0]))
-    if off[0] != 0 or off[G] != n:
-        raise ValueError("%s_off must start at 0 and end at %d, got %d..%d"
-                         % (what, n, off[0], off[G]))
+        raise ValueError("%s must have %d entries, got %d" % (name, G + 1, off.shape[0]))
+    if off[0] != 0 or (n >= 0 and off[G] != n):
+        raise ValueError("%s must start at 0 and end at %d, got %d..%d"
+                         % (name, n if n >= 0 else off[G], off[0], off[G]))
     cdef Py_ssize_t g
     for g in range(G):
         if off[g + 1] < off[g]:
-            raise ValueError("%s_off decreases at group %d" % (what, g))
+            raise ValueError("%s decreases at entry %d (%d -> %d)"
+                             % (name, g + 1, off[g], off[g + 1]))
+
+
+cdef _check_lengths(Py_ssize_t n, str per, dict lengths):
+    # Arrays that must have one entry per unit / member / group of the call.
+    for name, k in lengths.items():
+        if k != n:
+            raise ValueError("%s must have one entry %s (%d), got %d" % (name, per, n, k))
+
+
+ctypedef fused count_t:
+    i32
+    i64
+
+
+cdef object _unit_off(const count_t[::1] count, const i64[::1] off, i64 extra, str count_name,
+                      str off_name):
+    # unit_off (int64[G+1]) of groups owning items off[g]..off[g+1]-1, item c holding
+    # count[c] + extra units (a topic its partitions; a connector itself and its tasks).
+    cdef Py_ssize_t G = off.shape[0] - 1, g
+    cdef i64 c
+    _check_offsets(off, G, count.shape[0], off_name)
+    for c in range(count.shape[0]):
+        if count[c] < 0:
+            raise ValueError("%s[%d] = %d is negative" % (count_name, c, count[c]))
+    uo = np.zeros(G + 1, dtype=np.int64)
+    cdef i64[::1] u = uo
+    with nogil:
+        for g in range(G):
+            u[g + 1] = u[g]
+            for c in range(off[g], off[g + 1]):
+                u[g + 1] += count[c] + extra
+    return uo
 
 
 cdef _raise_rc(int rc, Py_ssize_t g):
@@ -60,17 +98,18 @@ cdef _raise_rc(int rc, Py_ssize_t g):
 
 def consumer_units(const i32[::1] partitions_per_topic, const i64[::1] topic_off):
     """unit_off (int64[G+1]) of consumer groups: group g has sum(ppt[topic_off[g]:...]) units."""
-    cdef Py_ssize_t G = topic_off.shape[0] - 1, g
-    cdef i64 t
-    _check_offsets(topic_off, G, partitions_per_topic.shape[0], "topic")
-    uo = np.zeros(G + 1, dtype=np.int64)
-    cdef i64[::1] u = uo
-    with nogil:
-        for g in range(G):
-            u[g + 1] = u[g]
-            for t in range(topic_off[g], topic_off[g + 1]):
-                u[g + 1] += partitions_per_topic[t]
-    return uo
+    return _unit_off(partitions_per_topic, topic_off, 0, "partitions_per_topic", "topic_off")
+
+
+cdef object _consumer_layout(const i32[::1] ppt, const i64[::1] topic_off,
+                             const i64[::1] sub_indptr, const i32[::1] subs,
+                             const i64[::1] member_off):
+    # Checks the offsets every consumer-group entry point takes; -> unit_off.
+    cdef Py_ssize_t G = topic_off.shape[0] - 1
+    _check_offsets(topic_off, G, ppt.shape[0], "topic_off")
+    _check_offsets(member_off, G, -1, "member_off")
+    _check_offsets(sub_indptr, member_off[G], subs.shape[0], "sub_indptr")
+    return consumer_units(ppt, topic_off)
 
 
 cdef object _consumer_many(const i32[::1] ppt, const i64[::1] topic_off,
@@ -79,14 +118,7 @@ cdef object _consumer_many(const i32[::1] ppt, const i64[::1] topic_off,
                            int which):
     # which: 0 uniform, 1 range
     cdef Py_ssize_t G = topic_off.shape[0] - 1, g
-    cdef Py_ssize_t n_members = member_off.shape[0] - 1
-    _check_offsets(topic_off, G, ppt.shape[0], "topic")
-    _check_offsets(member_off, G, member_off[G], "member")
-    if sub_indptr.shape[0] != member_off[G] + 1:
-        raise ValueError("sub_indptr must have one entry per member + 1")
-    if sub_indptr[0] != 0 or sub_indptr[member_off[G]] != subs.shape[0]:
-        raise ValueError("sub_indptr must span subs")
-    uo = consumer_units(ppt, topic_off)
+    uo = _consumer_layout(ppt, topic_off, sub_indptr, subs, member_off)
     cdef i64[::1] unit_off = uo
     if out.shape[0] != unit_off[G]:
         raise ValueError("out has %d units, the groups %d" % (out.shape[0], unit_off[G]))
@@ -165,11 +197,9 @@ def cooperative_sticky_many(const i32[::1] partitions_per_topic, const i64[::1] 
     """Classic cooperative-sticky (every member reports its units of `current` as owned, all at
     the same generation) over every group: target (moved units withheld, -1) and final (the
     balanced goal), local member indices. The loop is here; each group goes through
-    assign_client.sticky (it allocates its numpy workspaces per call). Returns unit_off."""
+    assign_classic.sticky (it allocates its numpy workspaces per call). Returns unit_off."""
     cdef Py_ssize_t G = topic_off.shape[0] - 1, g
-    _check_offsets(topic_off, G, partitions_per_topic.shape[0], "topic")
-    _check_offsets(member_off, G, member_off[G], "member")
-    uo = consumer_units(partitions_per_topic, topic_off)
+    uo = _consumer_layout(partitions_per_topic, topic_off, sub_indptr, subs, member_off)
     cdef i64[::1] unit_off = uo
     if current.shape[0] != unit_off[G] or target.shape[0] != unit_off[G] or \
             final.shape[0] != unit_off[G]:
@@ -187,7 +217,7 @@ def cooperative_sticky_many(const i32[::1] partitions_per_topic, const i64[::1] 
     own_np = own_a
     tgt_np = np.asarray(target)
     fin_np = np.asarray(final)
-    sticky = _client.sticky
+    sticky = _classic.sticky
     cdef i64 m0, m1, t0, t1, u0, u1
     for g in range(G):
         t0, t1 = topic_off[g], topic_off[g + 1]
@@ -212,26 +242,16 @@ def cooperative_sticky_many(const i32[::1] partitions_per_topic, const i64[::1] 
 def connect_units(const i64[::1] task_count, const i64[::1] conn_off):
     """unit_off (int64[G+1]) of connect groups: sum(task_count + 1) over each group's
     connectors."""
-    cdef Py_ssize_t G = conn_off.shape[0] - 1, g
-    cdef i64 c
-    _check_offsets(conn_off, G, task_count.shape[0], "conn")
-    uo = np.zeros(G + 1, dtype=np.int64)
-    cdef i64[::1] u = uo
-    with nogil:
-        for g in range(G):
-            u[g + 1] = u[g]
-            for c in range(conn_off[g], conn_off[g + 1]):
-                u[g + 1] += task_count[c] + 1
-    return uo
+    return _unit_off(task_count, conn_off, 1, "task_count", "conn_off")
 
 
 def eager_many(const i64[::1] task_count, const i64[::1] conn_off, const i32[::1] n_workers,
                i32[::1] out):
     """Connect's eager assignor over every group (n_workers[g] workers). Returns unit_off."""
     cdef Py_ssize_t G = conn_off.shape[0] - 1, g
+    uo = connect_units(task_count, conn_off)
     if n_workers.shape[0] != G:
         raise ValueError("n_workers must have one entry per group")
-    uo = connect_units(task_count, conn_off)
     cdef i64[::1] unit_off = uo
     if out.shape[0] != unit_off[G]:
         raise ValueError("out has %d units, the groups %d" % (out.shape[0], unit_off[G]))
@@ -269,9 +289,9 @@ def ica_many(const i64[::1] task_count, const i64[::1] conn_off, const i32[::1] 
     Writes out; returns (unit_off, moved int64[G], held int64[G]). One workspace, sized for
     the largest group, serves every group (assign_connect._ica, no GIL)."""
     cdef Py_ssize_t G = conn_off.shape[0] - 1, g
+    uo = connect_units(task_count, conn_off)
     if n_workers.shape[0] != G or hold.shape[0] != G:
         raise ValueError("n_workers and hold must have one entry per group")
-    uo = connect_units(task_count, conn_off)
     cdef i64[::1] unit_off = uo
     if out.shape[0] != unit_off[G] or current.shape[0] != unit_off[G]:
         raise ValueError("current/out must have %d units" % unit_off[G])
@@ -279,7 +299,7 @@ def ica_many(const i64[::1] task_count, const i64[::1] conn_off, const i32[::1] 
         raise ValueError("lost_in must be empty or have one entry per unit")
     cdef bint has_cand = cand.shape[0] != 0
     if has_cand:
-        _check_offsets(member_off, G, cand.shape[0], "member")
+        _check_offsets(member_off, G, cand.shape[0], "member_off")
         for g in range(G):
             if member_off[g + 1] - member_off[g] != max(n_workers[g], 0):
                 raise ValueError("group %d: cand has %d entries for %d workers"
@@ -369,8 +389,8 @@ def members_csr_many(const i32[::1] owner, const i64[::1] unit_off, const i64[::
     """Per-member unit lists of every group at once: (indptr int64[total members + 1], units
     int32), global member numbering (member_off[g] + m), units local or global."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1
-    _check_offsets(unit_off, G, owner.shape[0], "unit")
-    _check_offsets(member_off, G, member_off[G], "member")
+    _check_offsets(unit_off, G, owner.shape[0], "unit_off")
+    _check_offsets(member_off, G, -1, "member_off")
     ip_a = np.zeros(member_off[G] + 1, dtype=np.int64)
     cdef i64[::1] ip = ip_a
     cdef Py_ssize_t n = 0, g
@@ -415,13 +435,17 @@ def assignment_metrics(const i32[::1] prev, const i32[::1] new, const i64[::1] u
     members holding more than q (each saves a move): sum(max(0, c - q)) - min(N % M, #{c > q}).
     Exact for one pool (homogeneous subscriptions, connect); a lower bound otherwise."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1, g
-    _check_offsets(unit_off, G, new.shape[0], "unit")
-    _check_offsets(member_off, G, member_off[G], "member")
+    _check_offsets(unit_off, G, new.shape[0], "unit_off")
+    _check_offsets(member_off, G, -1, "member_off")
     if prev.shape[0] != new.shape[0]:
         raise ValueError("prev and new must have the same length")
     cdef bint has_kind = kind.shape[0] != 0
     if has_kind and kind.shape[0] != new.shape[0]:
         raise ValueError("kind must be empty or per unit")
+    cdef Py_ssize_t j
+    for j in range(kind.shape[0]):
+        if kind[j] > 1:
+            raise ValueError("kind[%d] = %d is not 0 or 1" % (j, kind[j]))
     res_a = np.zeros((G, C_COLUMNS), dtype=np.int64)
     cdef i64[:, ::1] res = res_a
     cdef i64 max_m = 0
@@ -503,7 +527,7 @@ def diff_counts_many(const i32[::1] current, const i32[::1] target, const i64[::
     """Per group (int64[G, 3]): units revoked (current owner >= 0, target differs), units
     assigned (target owner >= 0, current differs) and units kept (same owner >= 0)."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1, g
-    _check_offsets(unit_off, G, current.shape[0], "unit")
+    _check_offsets(unit_off, G, current.shape[0], "unit_off")
     if target.shape[0] != current.shape[0]:
         raise ValueError("current and target must have the same length")
     res_a = np.zeros((G, 3), dtype=np.int64)
@@ -531,10 +555,10 @@ def validate_many(const i32[::1] owner, const i64[::1] unit_off, const i64[::1] 
     """The seed's validation per group on owner arrays (int64[G, 2]): required units left
     unassigned, and owners that are not a member of the group (out of range). Duplicates
     cannot occur in an owner array; for per-member lists use groupcoord.assign.validate on the
-    globalized CSR (groupcoord.assign.batch.validate_lists)."""
+    globalized CSR (groupcoord.assign.many.validate_lists)."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1, g
-    _check_offsets(unit_off, G, owner.shape[0], "unit")
-    _check_offsets(member_off, G, member_off[G], "member")
+    _check_offsets(unit_off, G, owner.shape[0], "unit_off")
+    _check_offsets(member_off, G, -1, "member_off")
     cdef bint has_req = required.shape[0] != 0
     if has_req and required.shape[0] != owner.shape[0]:
         raise ValueError("required must be empty or per unit")
@@ -596,6 +620,34 @@ def reconcile_round_many(const i64[::1] unit_off, const i64[::1] member_off,
     cdef i32 lm, h
     cdef double t
     cdef bint revoking
+    _check_offsets(unit_off, G, target.shape[0], "unit_off")
+    _check_offsets(member_off, G, -1, "member_off")
+    cdef Py_ssize_t n_m = member_off[G]
+    _check_lengths(target.shape[0], "per unit", dict(
+        holder_old=holder_old.shape[0], holder_new=holder_new.shape[0], told=told.shape[0],
+        counts=counts.shape[0], since=since.shape[0], released_at=released_at.shape[0],
+        acquired_at=acquired_at.shape[0]))
+    _check_lengths(n_m, "per member", dict(hb_order=hb_order.shape[0], phase=phase.shape[0]))
+    _check_lengths(G, "per group", dict(
+        down=down.shape[0], unowned=unowned.shape[0], max_unowned=max_unowned.shape[0],
+        in_flight=in_flight.shape[0], last_change=last_change.shape[0]))
+    _check_offsets(own_indptr, n_m, own_units.shape[0], "own_indptr")
+    _check_offsets(tgt_indptr, n_m, tgt_units.shape[0], "tgt_indptr")
+    # Every member and unit number read below must lie in its group's range.
+    for g in range(G):
+        for j in range(member_off[g], member_off[g + 1]):
+            gm = hb_order[j]
+            if gm < member_off[g] or gm >= member_off[g + 1]:
+                raise ValueError("hb_order[%d] = %d is not a member of group %d (%d..%d)"
+                                 % (j, gm, g, member_off[g], member_off[g + 1] - 1))
+            for i in range(own_indptr[j], own_indptr[j + 1]):
+                if own_units[i] < unit_off[g] or own_units[i] >= unit_off[g + 1]:
+                    raise ValueError("own_units[%d] = %d is not a unit of group %d"
+                                     % (i, own_units[i], g))
+            for i in range(tgt_indptr[j], tgt_indptr[j + 1]):
+                if tgt_units[i] < unit_off[g] or tgt_units[i] >= unit_off[g + 1]:
+                    raise ValueError("tgt_units[%d] = %d is not a unit of group %d"
+                                     % (i, tgt_units[i], g))
     with nogil:
         for g in range(G):
             for j in range(member_off[g], member_off[g + 1]):
@@ -663,6 +715,10 @@ def owned_twice_many(const i64[::1] unit_off, const i32[::1] holder_old,
     released_at). Independent of how the reconciler decided: it reads only the member-side
     record of releases and acquisitions."""
     cdef Py_ssize_t G = unit_off.shape[0] - 1, g
+    _check_offsets(unit_off, G, holder_old.shape[0], "unit_off")
+    _check_lengths(holder_old.shape[0], "per unit", dict(
+        holder_new=holder_new.shape[0], released_at=released_at.shape[0],
+        acquired_at=acquired_at.shape[0]))
     res_a = np.zeros(G, dtype=np.int64)
     cdef i64[::1] res = res_a
     cdef i64 u

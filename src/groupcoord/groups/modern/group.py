@@ -1,7 +1,7 @@
-"""What the KIP-848 group types (consumer.py, connect_group.py) share as groups: Kafka's
+"""What the KIP-848 group types (consumer/group.py, connect/group.py) share as groups: Kafka's
 state names and how they follow from the epochs, the OffsetCommit / OffsetFetch member-epoch
 checks, the "answered but not confirmed" event, and the DescribeGroups frame. Reconciliation
-itself is reconcile.py's.
+itself is modern/reconcile.py's.
 
 A modern group keeps ``members`` (member id -> its metadata, whatever the type keeps there),
 ``epoch`` (the group epoch), ``target_epoch`` and ``unconfirmed`` (member ids), and says
@@ -13,7 +13,7 @@ from abc import abstractmethod
 from typing import Optional
 
 from groupcoord.groups.group import Group
-from groupcoord.groups.reconcile import STABLE, MemberAssignment
+from groupcoord.groups.modern.reconcile import STABLE, MemberAssignment
 from groupcoord.groups.result import Volatile
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
@@ -23,8 +23,8 @@ __all__ = ["ModernGroup", "Unconfirmed", "described_member"]
 
 class Unconfirmed(Volatile, frozen=True, gc=False):
     """A member was answered an assignment it has not confirmed yet (unconfirmed=True), or it
-    has now reported exactly its assignment as owned (False). See consumer.heartbeat_response
-    and connect._join_or_heartbeat."""
+    has now reported exactly its assignment as owned (False). Decided by
+    reconcile.reconcile_member for every modern group type."""
     group_id: str
     member_id: str
     unconfirmed: bool
@@ -106,7 +106,7 @@ def described_member(member_id: str, meta, metadata: bytes, assignment: bytes):
         client_host=meta.client_host, member_metadata=metadata, member_assignment=assignment)
 
 
-def _replay_unconfirmed(shard, ev, _) -> None:
+def replay_unconfirmed(shard, ev, _) -> None:
     g = shard.groups.get(ev.group_id)
     if isinstance(g, ModernGroup) and ev.member_id in g.members:
         if ev.unconfirmed:

@@ -1,7 +1,7 @@
 """Client-side assignors of classic groups: what the elected leader member runs between
 JoinGroup and SyncGroup (Kafka's ``range``, ``roundrobin``, ``sticky`` and
 ``cooperative-sticky``), over integer arrays (docs/assign.md). The kernels are in
-native/assign_client.pyx; this module validates inputs and converts to and from the embedded
+native/assign_classic.pyx; this module validates inputs and converts to and from the embedded
 ConsumerProtocol formats.
 
 Array inputs (members are indices 0..M-1 in tie-break order, topics 0..T-1 in sorted name
@@ -14,7 +14,7 @@ cumsum(partitions_per_topic))``):
 * ``owned_indptr``, ``owned`` CSR         units member m claims it owns (sticky flavours)
 * ``generation``            int (M,)      each member's reported generation, -1 = unknown
 
-Decisions (Kafka's semantics where it has them; see also tests/test_assign_client.py):
+Decisions (Kafka's semantics where it has them; see also tests/test_assign_classic.py):
 
 * **KIP-341 claims** follow Kafka's AbstractStickyAssignor: only members reporting the
   highest generation in the group have their claims honoured; claims of members reporting an
@@ -51,7 +51,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from groupcoord._native import assign_client as _k
+from groupcoord._native import assign_classic as _k
 from groupcoord.protocol import embedded
 from groupcoord.protocol.messages import (ConsumerProtocolAssignment,
                                           ConsumerProtocolAssignmentTopicPartition,

@@ -1,4 +1,4 @@
-"""Client-side assignors (groupcoord.assign.client): range, roundrobin, sticky and
+"""Client-side assignors (groupcoord.assign.classic): range, roundrobin, sticky and
 cooperative-sticky with KIP-341 claim resolution and KIP-429 withholding.
 
 Oracles (all pure Python, written from Kafka's rules, independent of the kernels):
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, seed, settings
 import hypothesis.strategies as st
 
-from groupcoord.assign import client as C
+from groupcoord.assign import classic as C
 from groupcoord.protocol import embedded
 from groupcoord.protocol.messages import (ConsumerProtocolSubscription,
                                           ConsumerProtocolSubscriptionTopicPartition,
@@ -34,7 +34,7 @@ from groupcoord.protocol.messages import (ConsumerProtocolSubscription,
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")   # kafka-python's
 
 SEED = int(os.environ.get("GROUPCOORD_TEST_SEED", "341429"))
-print("test_assign_client: hypothesis seed %d (set GROUPCOORD_TEST_SEED to change)" % SEED,
+print("test_assign_classic: hypothesis seed %d (set GROUPCOORD_TEST_SEED to change)" % SEED,
       file=sys.stderr)
 
 

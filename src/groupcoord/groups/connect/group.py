@@ -1,17 +1,15 @@
 """The connect worker group's model (docs/coordinator-connect.md): ``ConnectGroup`` and its
-members, targets and current assignments; the record builders; the worker selection (who
-computes the target); the view of classic Connect protocol bytes (ConnectProtocol /
+members, targets and current assignments, changed by replay only (connect/replay.py); the
+record builders; the view of classic Connect protocol bytes (ConnectProtocol /
 IncrementalCooperativeConnectProtocol metadata and assignments) that DescribeGroups and the
-migration share. The handlers are connect.py's; migration_connect.py converts to and from
-classic groups. Nothing here imports either of them.
-"""
+migration share."""
 from __future__ import annotations
 
-from collections import Counter
 from typing import NamedTuple, Optional
 
-from groupcoord.groups import reconcile as rc
-from groupcoord.groups.modern import ModernGroup, Unconfirmed, described_member
+from groupcoord.groups.modern import reconcile as rc
+from groupcoord.groups.connect.selection import Members, select_assignor
+from groupcoord.groups.modern.group import ModernGroup, Unconfirmed, described_member
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import Result, TimerKey, Volatile
 from groupcoord.groups.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
@@ -19,27 +17,40 @@ from groupcoord.groups.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALA
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 
-__all__ = ["ConnectGroup", "ChooseWorker", "Prepared", "Unconfirmed", "select_assignor",
-           "worker_tombstones", "uses_classic", "SESSION", "REVOCATION", "ASSIGNMENT",
-           "DELAYED", "UNKNOWN_UNIT", "CONNECTOR_TASK"]
+__all__ = ["ConnectGroup", "Prepared", "Unconfirmed", "worker_tombstones",
+           "uses_classic", "SESSION", "REVOCATION", "ASSIGNMENT", "DELAYED", "UNKNOWN_UNIT",
+           "CONNECTOR_TASK"]
 
 SESSION = CONNECT_SESSION            # per member: heartbeat deadline
+
+
 REVOCATION = CONNECT_REVOCATION      # per member: must revoke before its rebalance timeout
+
+
 ASSIGNMENT = CONNECT_ASSIGNMENT      # per group: the chosen worker must install by then
+
+
 DELAYED = CONNECT_DELAYED_REBALANCE  # per group: KIP-415 delayed rebalance is due
 
+
 LEAVE = -1
+
+
 STATIC_LEAVE = -2
+
+
 UNKNOWN_UNIT = -1                    # an owned connector/task the group does not know
-# ConnectWorkerMetadata / ConnectWorkerAssignment version DescribeGroups shows for workers
-# using ConnectGroupHeartbeat: v1 ("compatible", IncrementalCooperativeConnectProtocol) has
-# the allocation and the revoked list.
+
+
 DESCRIBE_PROTOCOL_VERSION = 1
+
+
 CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
-_CTL = m.ConnectWorkerAssignmentConnectorTaskList
 
 
-# ----------------------------------------------------------------------------- state
+CTL = m.ConnectWorkerAssignmentConnectorTaskList
+
+
 class TargetEntry(NamedTuple):
     units: frozenset
     version: int = 0
@@ -47,12 +58,6 @@ class TargetEntry(NamedTuple):
 
 
 NO_TARGET = TargetEntry(rc.EMPTY_SET)
-
-
-class ChooseWorker(Volatile, frozen=True, gc=False):
-    """The worker asked to compute the next target (None: no computation in flight)."""
-    group_id: str
-    member_id: Optional[str]
 
 
 class Prepared(Volatile, frozen=True, gc=False):
@@ -139,9 +144,9 @@ class ConnectGroup(ModernGroup):
         """External identity of units: sorted (connector, task id or -1 for the connector)."""
         return tuple(sorted((self._cname[i], sub - 1) for i, sub in map(rc.unit_parts, units)))
 
-    # ---- ModernGroup (state names, offset validation: modern.py). No commit rule of the
-    # protocol: a classic worker is checked by epoch too, and without
-    # reconcile.revoked_moves_epoch (see there) a worker keeps its epoch while it revokes.
+    # ---- ModernGroup (state names, offset validation: modern/group.py). No commit rule of the
+    # protocol: a classic worker is checked by epoch too (reconcile.revoked_moves_epoch moves
+    # a worker's epoch once it has revoked, so its late commits are told apart).
     def assignment_of(self, member_id) -> Optional[rc.MemberAssignment]:
         return self.current.get(member_id or "")
 
@@ -193,10 +198,10 @@ class ConnectGroup(ModernGroup):
 
     def deletion(self) -> tuple:
         # What an empty group still keeps, the epoch last (its replay drops the group), as
-        # migration_connect's downgrade deletes one.
+        # connect/migration.py's downgrade deletes one.
         gid = self.group_id
-        recs = [_rec_current(self, mid, None) for mid in self.current]
-        recs += [_rec_target(self, mid, None) for mid in self.target]
+        recs = [rec_current(self, mid, None) for mid in self.current]
+        recs += [rec_target(self, mid, None) for mid in self.target]
         recs += [Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid), None),
                  Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid), None),
                  Record(m.ConnectWorkerGroupMetadataKey(group_id=gid), None)]
@@ -213,7 +218,7 @@ class ConnectGroup(ModernGroup):
         DESCRIBE_PROTOCOL_VERSION. A worker using the classic protocol (migration) shows the
         metadata it joined with and its assignment in that protocol's version."""
         name, _ = select_assignor(self.members)
-        leader, url = _leader(self)
+        leader, url = leader_of(self)
         members = []
         for mid in sorted(self.members):
             meta, a = self.members[mid], self.current[mid]
@@ -221,35 +226,34 @@ class ConnectGroup(ModernGroup):
             if cm is not None:
                 p = cm.supported_protocols[0]     # the one its SyncGroup answers in
                 metadata = bytes(p.metadata)
-                version = _protocol_version(p.name, metadata)
+                version = protocol_version(p.name, metadata)
             else:
                 version = DESCRIBE_PROTOCOL_VERSION
                 held = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
                     error=0, leader=leader, leader_url=url, config_offset=self.config_offset,
-                    assignment=_ctl(self, a.held), revoked=[], delay=0), version)
+                    assignment=ctl_list(self, a.held), revoked=[], delay=0), version)
                 metadata = embedded.encode_connect_metadata(m.ConnectWorkerMetadata(
                     url=meta.worker_url or "", config_offset=self.config_offset,
                     allocation=held), version)
             assignment = embedded.encode_connect_assignment(m.ConnectWorkerAssignment(
                 error=self.target_error, leader=leader, leader_url=url,
-                config_offset=self.config_offset, assignment=_ctl(self, a.assigned),
-                revoked=_ctl(self, a.pending_revocation) if version >= 1 else None,
+                config_offset=self.config_offset, assignment=ctl_list(self, a.assigned),
+                revoked=ctl_list(self, a.pending_revocation) if version >= 1 else None,
                 delay=0), version)
             members.append(described_member(mid, meta, metadata, assignment))
         return self.described(name or "", members)
 
 
-# ----------------------------------------------------------------------------- records
-def _rec_epoch(gid, epoch):
+def rec_epoch(gid, epoch):
     return Record(m.ConnectWorkerGroupMetadataKey(group_id=gid),
                   m.ConnectWorkerGroupMetadataValue(epoch=epoch))
 
 
-def _rec_member(gid, mid, meta):
+def rec_member(gid, mid, meta):
     return Record(m.ConnectWorkerGroupMemberMetadataKey(group_id=gid, member_id=mid), meta)
 
 
-def _rec_current(g, mid, a: Optional[rc.MemberAssignment]):
+def rec_current(g, mid, a: Optional[rc.MemberAssignment]):
     key = m.ConnectWorkerGroupCurrentMemberAssignmentKey(group_id=g.group_id, member_id=mid)
     if a is None:
         return Record(key, None)
@@ -263,7 +267,7 @@ def _rec_current(g, mid, a: Optional[rc.MemberAssignment]):
         tasks_pending_revocation=[T(connector=c, task_ids=t) for c, t in ptasks]))
 
 
-def _rec_target(g, mid, t: Optional[TargetEntry], wire=None):
+def rec_target(g, mid, t: Optional[TargetEntry], wire=None):
     key = m.ConnectWorkerGroupTargetAssignmentMemberKey(group_id=g.group_id, member_id=mid)
     if t is None:
         return Record(key, None)
@@ -274,14 +278,14 @@ def _rec_target(g, mid, t: Optional[TargetEntry], wire=None):
         version=t.version, metadata=t.metadata))
 
 
-def _rec_target_meta(gid, epoch, error, assignor, state, deadline):
+def rec_target_meta(gid, epoch, error, assignor, state, deadline):
     return Record(m.ConnectWorkerGroupTargetAssignmentMetadataKey(group_id=gid),
                   m.ConnectWorkerGroupTargetAssignmentMetadataValue(
                       assignment_epoch=epoch, assignment_error=error, assignor_name=assignor,
                       assignor_state=state, rebalance_deadline_ms=deadline))
 
 
-def _rec_config(gid, offset, connectors):
+def rec_config(gid, offset, connectors):
     C = m.ConnectWorkerGroupConnectorsTasksMetadataValueConnector
     return Record(m.ConnectWorkerGroupConnectorsTasksMetadataKey(group_id=gid),
                   m.ConnectWorkerGroupConnectorsTasksMetadataValue(
@@ -289,175 +293,8 @@ def _rec_config(gid, offset, connectors):
                       connectors=[C(name=n, task_count=c) for n, c in sorted(connectors.items())]))
 
 
-# ----------------------------------------------------------------------------- assignors
-def _sig(meta) -> tuple:
-    """A worker's assignor signature: (name, min, max) of each client assignor, in order."""
-    return tuple((a.name, a.minimum_version, a.maximum_version) for a in meta.client_assignors)
 
-
-class Members(dict):
-    """member id -> ConnectWorkerGroupMemberMetadataValue, counting each distinct assignor
-    signature as it changes, so that assignor and worker selection cost O(distinct
-    signatures) per heartbeat instead of O(workers) (a join storm of n workers would
-    otherwise be O(n^2)). Workers of one cluster usually share one signature."""
-    __slots__ = ("sigs",)
-
-    def __init__(self, items=()):
-        super().__init__()
-        self.sigs: Counter = Counter()
-        for k, v in dict(items).items():
-            self[k] = v
-
-    def __setitem__(self, k, v):
-        old = self.get(k)
-        if old is not None:
-            self._drop(old)
-        super().__setitem__(k, v)
-        self.sigs[_sig(v)] += 1
-
-    def __delitem__(self, k):
-        self._drop(self[k])
-        super().__delitem__(k)
-
-    def pop(self, k, *default):
-        if k in self:
-            v = self[k]
-            del self[k]
-            return v
-        if default:
-            return default[0]
-        raise KeyError(k)
-
-    def _drop(self, meta):
-        sig = _sig(meta)
-        n = self.sigs[sig] - 1
-        if n:
-            self.sigs[sig] = n
-        else:
-            del self.sigs[sig]
-
-    def copy(self) -> "Members":
-        c = Members.__new__(Members)
-        dict.update(c, self)
-        c.sigs = Counter(self.sigs)
-        return c
-
-    def without(self, mid) -> "Members":
-        c = self.copy()
-        c.pop(mid, None)
-        return c
-
-
-def _sigs(members: dict) -> Counter:
-    got = getattr(members, "sigs", None)
-    return got if got is not None else Counter(_sig(v) for v in members.values())
-
-
-def select_assignor(members: dict) -> tuple:
-    """(assignor name, None) or (None, why). The candidates are the assignors every worker
-    lists. Each worker votes for the first candidate in its own list (its precedence order);
-    the most votes wins; a tie goes to the tied candidate listed first by the worker with the
-    lowest member id. Counted over distinct signatures (see Members)."""
-    members = _new_protocol(members)
-    if not members:
-        return None, None
-    sigs = _sigs(members)
-    common = set.intersection(*({a[0] for a in sig} for sig in sigs))
-    if not common:
-        lists = {mid: [a.name for a in meta.client_assignors] for mid, meta in members.items()}
-        return None, "no assignor is supported by every worker (%s)" % ", ".join(
-            "%s: %s" % (mid, lists[mid]) for mid in sorted(lists))
-    votes: Counter = Counter()
-    for sig, cnt in sigs.items():
-        votes[next(a[0] for a in sig if a[0] in common)] += cnt
-    best = max(votes.values())
-    tied = [n for n, v in votes.items() if v == best]
-    if len(tied) == 1:
-        return tied[0], None
-    lowest = members[min(members)]
-    return next(a.name for a in lowest.client_assignors if votes.get(a.name) == best), None
-
-
-def _new_protocol(members: dict) -> dict:
-    """The workers that speak ConnectGroupHeartbeat. Classic workers of a migrating group
-    (migration_connect.py) list no assignor (a new-protocol worker always lists one) and never
-    compute the assignment: they cannot call PrepareAssignment."""
-    if () not in _sigs(members):
-        return members
-    return {k: v for k, v in members.items() if v.classic_member_metadata is None}
-
-
-def _range_of(sig: tuple, name: str):
-    for a in sig:
-        if a[0] == name:
-            return a[1], a[2]
-    return None
-
-
-def _ranges(members: dict, name: str) -> dict:
-    out = {}
-    for mid, meta in members.items():
-        r = _range_of(_sig(meta), name)
-        if r is not None:
-            out[mid] = r
-    return out
-
-
-def _fmt_ranges(ranges: dict) -> str:
-    return ", ".join("%s [%d-%d]" % (mid, lo, hi) for mid, (lo, hi) in sorted(ranges.items()))
-
-
-def _bounds(members: dict, name: str) -> tuple:
-    """(lowest minimum, highest maximum) of ``name``'s version ranges over the workers."""
-    rs = [r for r in (_range_of(sig, name) for sig in _sigs(members)) if r is not None]
-    return min(r[0] for r in rs), max(r[1] for r in rs)
-
-
-def _covers(meta, name: str, lo: int, hi: int) -> bool:
-    r = _range_of(_sig(meta), name)
-    return r is not None and r[0] <= lo and r[1] >= hi
-
-
-def _covering(members: dict, name: str) -> list:
-    """Workers whose range of ``name`` covers every other worker's range (sorted ids)."""
-    lo, hi = _bounds(members, name)
-    return sorted(mid for mid, meta in members.items() if _covers(meta, name, lo, hi))
-
-
-def _choose(g: ConnectGroup, members: dict, epoch: int, target_epoch: int, now_ms: int,
-            exclude: Optional[str] = None, computing: Optional[str] = "") -> tuple:
-    """Who computes the next target after a change: -> (events, timers, fatal message).
-
-    ``computing`` overrides the group's worker in flight ("" = use it); ``exclude`` is a
-    worker that timed out or left (avoided when another one qualifies)."""
-    if computing == "":
-        computing = g.computing
-    gid = g.group_id
-    timer = TimerKey(ASSIGNMENT, gid)
-    if epoch <= target_epoch or not _new_protocol(members):
-        if computing is not None:
-            return (ChooseWorker(group_id=gid, member_id=None),), ((timer, None),), None
-        return (), (), None
-    name, why = select_assignor(members)
-    if name is not None and computing is not None and computing != exclude \
-            and computing in members \
-            and _covers(members[computing], name, *_bounds(members, name)):
-        return (), (), None        # the worker in flight still covers everyone: keep it
-    cover = _covering(members, name) if name is not None else []
-    if not cover:
-        if why is None:
-            why = ("no worker supports every other worker's version range of assignor %s: %s"
-                   % (name, _fmt_ranges(_ranges(members, name))))
-        events = (ChooseWorker(group_id=gid, member_id=None),) if computing is not None else ()
-        return events, ((timer, None),), why
-    pick = [w for w in cover if w != exclude] or cover
-    chosen = g.leader if g.leader in pick else pick[0]
-    deadline = now_ms + members[chosen].rebalance_timeout_ms
-    return (ChooseWorker(group_id=gid, member_id=chosen),), ((timer, deadline),), None
-
-
-# ----------------------------------------------------------------------------- helpers
-def _hb_error(code, message, member_id=None, epoch=0):
+def heartbeat_error(code, message, member_id=None, epoch=0):
     return Result(m.ConnectGroupHeartbeatResponse(error_code=int(code), error_message=message,
                                                   member_id=member_id, member_epoch=epoch))
 
@@ -466,27 +303,24 @@ def worker_tombstones(tx, g: ConnectGroup, mid: str) -> None:
     """Stage in ``tx`` (a GroupTx) a worker's tombstones (current assignment, target,
     metadata: the order recovery needs) and the cancellation of its timers."""
     gid = g.group_id
-    tx.emit(_rec_current(g, mid, None))
+    tx.emit(rec_current(g, mid, None))
     if mid in g.target:
-        tx.emit(_rec_target(g, mid, None))
-    tx.emit(_rec_member(gid, mid, None))
+        tx.emit(rec_target(g, mid, None))
+    tx.emit(rec_member(gid, mid, None))
     tx.schedule(TimerKey(SESSION, gid, mid), None)
     tx.schedule(TimerKey(REVOCATION, gid, mid), None)
 
 
-# ------------------------------------- classic Connect protocol bytes: (connector, task) pairs
-# (a worker "using the classic protocol" is migration_connect.py's; DescribeGroups shows every
-# worker in these terms)
 def uses_classic(meta) -> bool:
     return meta is not None and meta.classic_member_metadata is not None
 
 
-def _pairs(ctls) -> list:
+def pairs(ctls) -> list:
     """ConnectorTaskList entries -> [(connector, task id or -1)] in order."""
     return [(c.connector, t) for c in ctls or () for t in c.tasks]
 
 
-def _wire(pairs) -> tuple:
+def pairs_to_wire(pairs) -> tuple:
     """Pairs -> (connector names, [(connector, task ids)]) sorted, as connect records want."""
     conns, tasks = set(), {}
     for c, t in pairs:
@@ -497,15 +331,15 @@ def _wire(pairs) -> tuple:
     return sorted(conns), [(c, sorted(tasks[c])) for c in sorted(tasks)]
 
 
-def _ctl(g, units) -> list:
+def ctl_list(g, units) -> list:
     """Units -> ConnectorTaskList entries (connector as task -1), sorted."""
     by: dict = {}
     for name, t in g.names(units):
         by.setdefault(name, []).append(t)
-    return [_CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
+    return [CTL(connector=c, tasks=sorted(ts)) for c, ts in sorted(by.items())]
 
 
-def _units(g, pairs) -> frozenset:
+def pairs_to_units(g, pairs) -> frozenset:
     """Pairs -> units of ``g`` (unknown connectors -> UNKNOWN_UNIT). Lookup only."""
     look = g._cidx.get
     out = set()
@@ -515,7 +349,7 @@ def _units(g, pairs) -> frozenset:
     return frozenset(out)
 
 
-def _protocol_version(name: str, metadata: bytes) -> int:
+def protocol_version(name: str, metadata: bytes) -> int:
     try:
         return min(embedded.decode_connect_metadata(metadata)[0],
                    m.ConnectWorkerAssignment.VERSIONS[1])
@@ -523,15 +357,15 @@ def _protocol_version(name: str, metadata: bytes) -> int:
         return {"compatible": 1, "sessioned": 2}.get(name, 0)
 
 
-def _allocation_pairs(metadata: bytes) -> list:
+def allocation_pairs(metadata: bytes) -> list:
     """What a v1+ worker says it owns in its JoinGroup metadata (allocation)."""
     version, wm = embedded.decode_connect_metadata(metadata)
     if version < 1 or not wm.allocation:
         return []
-    return _pairs(embedded.decode_connect_assignment(wm.allocation)[1].assignment)
+    return pairs(embedded.decode_connect_assignment(wm.allocation)[1].assignment)
 
 
-def _leader(g) -> tuple:
+def leader_of(g) -> tuple:
     """(member id, url) of the new-protocol worker last chosen to compute, or ("", "")."""
     meta = g.members.get(g.leader) if g.leader is not None else None
     if meta is None or uses_classic(meta):
@@ -547,3 +381,13 @@ def validate_first_heartbeat(req) -> Optional[str]:
     if req.client_assignors is None and req.server_assignor is None:
         return "ClientAssignors must be provided in the first request"
     return None
+
+
+def lookup(shard, gid):
+    """(group or None, error message or None) for a request naming an existing group."""
+    g = shard.groups.get(gid)
+    if g is None:
+        return None, "group %s does not exist" % gid
+    if g.TYPE != "connect":
+        return None, "group %s is a %s group, not a connect group" % (gid, g.TYPE)
+    return g, None

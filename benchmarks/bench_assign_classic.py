@@ -1,11 +1,11 @@
-"""Client-side assignor benchmarks (groupcoord.assign.client), with kafka-python 3.0.12's own
+"""Client-side assignor benchmarks (groupcoord.assign.classic), with kafka-python 3.0.12's own
 sticky / range / roundrobin assignors beside ours where they finish in reasonable time.
 
 Opt-in only (the project's testpaths is tests/ and its addopts disable benchmarks):
 
-    PYTHONPATH=src python -m pytest benchmarks/bench_assign_client.py --benchmark-enable \\
-        -p no:cacheprovider --benchmark-json=assign-client.json
-    python benchmarks/bench_assign_client.py --table assign-client.json   # markdown table
+    PYTHONPATH=src python -m pytest benchmarks/bench_assign_classic.py --benchmark-enable \\
+        -p no:cacheprovider --benchmark-json=assign-classic.json
+    python benchmarks/bench_assign_classic.py --table assign-classic.json   # markdown table
 
 Shapes (members subscribe to every topic unless said otherwise; member ids sort as indices):
   * 1M partitions (1000 topics x 1000) x 2000 members -- franz-go's published sticky shape:
@@ -24,7 +24,7 @@ Timed: one call of the public array API (``cooperative_sticky``, ``range_assign`
 the withheld set included. kafka-python: one ``assign(cluster, members)`` on decoded member
 metadata (its previous assignments passed as already-decoded StickyAssignorUserData
 objects). Ours end-to-end (``impl=groupcoord-e2e``: ConsumerProtocolSubscription messages in,
-ConsumerProtocolAssignment messages out, via ``client.assign``) is timed for the 10k rows too.
+ConsumerProtocolAssignment messages out, via ``classic.assign``) is timed for the 10k rows too.
 Before timing, every case checks its result (balance, withheld counts, parity).
 """
 import functools
@@ -35,7 +35,7 @@ from collections import namedtuple
 import numpy as np
 import pytest
 
-from groupcoord.assign import client as C
+from groupcoord.assign import classic as C
 from groupcoord.protocol.messages import (ConsumerProtocolSubscription,
                                           ConsumerProtocolSubscriptionTopicPartition)
 

@@ -25,29 +25,32 @@ cancelled and consumer session timers started with each member's classic session
 
 The downgrade back to a classic group when the last member using the consumer protocol
 leaves is described at its section below. Classic members inside a consumer group
-(JoinGroup/SyncGroup/Heartbeat/LeaveGroup, routed by routing.py) are consumer_classic.py's.
+(JoinGroup/SyncGroup/Heartbeat/LeaveGroup, routed by routing.py) are consumer/classic_members.py's.
 
-Everything here is a handler helper: consumer.py calls it with its ``Plan`` (the group as it
+Everything here is a handler helper: consumer/ calls it with its ``ConsumerTx`` (the group as it
 will be, plus records), and it stages the conversion there, never mutating the shard. The
-replayers of classic.py and consumer.py apply the records. This module imports neither
-consumer.py nor connect.py: both group types build on it.
+replayers of classic/events.py and consumer.py apply the records. This module imports neither
+consumer/ nor connect/: both group types build on it.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from groupcoord.groups import classic
+from groupcoord.groups.classic.events import RebalanceStarted
+from groupcoord.groups.classic.group import ClassicGroup, Member
+from groupcoord.groups.classic import rebalance
+from groupcoord.groups.classic.rebalance import select_protocol
 from groupcoord.groups.errors import Reject
-from groupcoord.groups.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
+from groupcoord.groups.modern.reconcile import EMPTY_SET, STABLE, MemberAssignment, unit
 from groupcoord.groups.records import Record
-from groupcoord.groups.result import ParkKey, TimerKey
-from groupcoord.groups.timers import CONSUMER_SESSION
+from groupcoord.groups.result import TimerKey
+from groupcoord.groups.timers import CLASSIC_JOIN, CLASSIC_SESSION, CONSUMER_SESSION
 from groupcoord.protocol import ProtocolError, embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
-__all__ = ["upgrade", "drop_classic", "maybe_downgrade", "classic_meta", "uses_classic",
-           "chosen_protocol", "classic_member_id", "topic_name", "CONSUMER_PROTOCOL_TYPE"]
+__all__ = ["upgrade", "maybe_downgrade", "classic_meta", "uses_classic", "chosen_protocol",
+           "topic_name", "CONSUMER_PROTOCOL_TYPE"]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -56,49 +59,28 @@ _Proto = m.ConsumerGroupMemberMetadataValueClassicProtocol
 
 
 # ====================================================================== upgrade
-def upgrade(plan, group, create: bool) -> None:
-    """Stage in ``plan`` (a consumer.Plan of a group id that ``group``, not a consumer group,
+def upgrade(tx, group, create: bool) -> None:
+    """Stage in ``tx`` (a consumer.tx.ConsumerTx of a group id that ``group``, not a consumer group,
     holds; opened with no group) what a ConsumerGroupHeartbeat's conversion needs: an empty
     classic group is dropped, a classic consumer-protocol group is converted; anything else
     is refused with Reject(GROUP_ID_NOT_FOUND)."""
     gid = group.group_id
-    if not create or not isinstance(group, classic.ClassicGroup):
+    if not create or not isinstance(group, ClassicGroup):
         raise Reject(E.GROUP_ID_NOT_FOUND, "Group %s is not a consumer group." % gid)
     if not group.members:
-        drop_classic(plan, group)
+        rebalance.drop_classic(tx, group)
         return
     if group.protocol_type() != CONSUMER_PROTOCOL_TYPE:
         raise Reject(E.GROUP_ID_NOT_FOUND, "Cannot upgrade classic group %s to a consumer "
                      "group: its protocol type is %r, not 'consumer'."
                      % (gid, group.protocol_type()))
-    limit = plan.shard.config.consumer_max_size
+    limit = tx.shard.config.consumer_max_size
     if len(group.members) >= limit:
         raise Reject(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum "
                      "capacity of %d members." % limit)
     members = [(mb, _decode_member(group, mb)) for mb in group.members.values()]
-    drop_classic(plan, group)
-    _convert(plan, group, members)
-
-
-def drop_classic(tx, g) -> None:
-    """Stage in ``tx`` (a GroupTx) the end of the classic group ``g``: its tombstone; its
-    parked requests answered REBALANCE_IN_PROGRESS (the members rejoin the new group); its
-    timers cancelled. Shared by both upgrades (consumer here, connect in
-    migration_connect.py)."""
-    gid = g.group_id
-    tx.emit(Record(m.GroupMetadataKey(group=gid), None))
-    for mid, mb in g.members.items():
-        if mb.joined:
-            tx.complete(ParkKey(gid, mid, "join"), classic._join_error(
-                mb.join_version, E.REBALANCE_IN_PROGRESS, mid))
-        if mb.sync_parked:
-            tx.complete(ParkKey(gid, mid, "sync"), classic._sync_response(
-                g, mb.sync_version, E.REBALANCE_IN_PROGRESS))
-        tx.schedule(TimerKey(classic.SESSION, gid, mid), None)
-    for mid in g.pending:
-        tx.schedule(TimerKey(classic.SESSION, gid, mid), None)
-    tx.schedule(TimerKey(classic.JOIN, gid), None)
-    tx.schedule(TimerKey(classic.SYNC, gid), None)
+    rebalance.drop_classic(tx, group)
+    _convert(tx, group, members)
 
 
 def _decode_member(g, mb) -> tuple:
@@ -130,15 +112,15 @@ def classic_meta(sub, rebalance_timeout: int, protocols, client_id: str,
             supported_protocols=[_Proto(name=n, metadata=bytes(md)) for n, md in protocols]))
 
 
-def _convert(plan, g, members) -> None:
+def _convert(tx, g, members) -> None:
     """Stage every classic member in the (new) consumer group at the classic generation."""
-    gid, gen, catalog = g.group_id, g.generation, plan.shard.topics
+    gid, gen, catalog = g.group_id, g.generation, tx.shard.topics
     taken: set = set()
     units_of: dict = {}
     for mb, (sub, assignment) in members:
         mid = mb.member_id
-        plan.fresh.add(mid)
-        plan.put_meta(mid, classic_meta(sub, mb.rebalance_timeout, mb.protocols,
+        tx.fresh.add(mid)
+        tx.put_meta(mid, classic_meta(sub, mb.rebalance_timeout, mb.protocols,
                                         mb.client_id, mb.client_host, mb.instance_id,
                                         mb.session_timeout))
         units = []
@@ -146,7 +128,7 @@ def _convert(plan, g, members) -> None:
             t = catalog.get(tp.topic)
             if t is None:
                 continue           # a topic the catalog does not know cannot be a unit
-            ix = plan.topic_index(t.topic_id)
+            ix = tx.topic_index(t.topic_id)
             for p in tp.partitions:
                 u = unit(ix, p)
                 # A partition given twice by a faulty leader stays with the first member.
@@ -154,25 +136,25 @@ def _convert(plan, g, members) -> None:
                     taken.add(u)
                     units.append(u)
         units_of[mid] = frozenset(units)
-    plan.epoch = plan.target_epoch = gen
-    plan.records.append(Record(m.ConsumerGroupMetadataKey(gid),
+    tx.epoch = tx.target_epoch = gen
+    tx.records.append(Record(m.ConsumerGroupMetadataKey(gid),
                                m.ConsumerGroupMetadataValue(epoch=gen)))
     for mid, units in units_of.items():
-        plan.put_target(mid, units)
-    plan.records.append(Record(m.ConsumerGroupTargetAssignmentMetadataKey(gid),
+        tx.put_target(mid, units)
+    tx.records.append(Record(m.ConsumerGroupTargetAssignmentMetadataKey(gid),
                                m.ConsumerGroupTargetAssignmentMetadataValue(
                                    assignment_epoch=gen)))
     for mb, _ in members:
         mid = mb.member_id
-        plan.put_assignment(mid, MemberAssignment(gen, gen, STABLE, units_of[mid], EMPTY_SET))
-        plan.timers.append((TimerKey(CONSUMER_SESSION, gid, mid), plan.now + mb.session_timeout))
-    plan.fresh.clear()
+        tx.put_assignment(mid, MemberAssignment(gen, gen, STABLE, units_of[mid], EMPTY_SET))
+        tx.timers.append((TimerKey(CONSUMER_SESSION, gid, mid), tx.now + mb.session_timeout))
+    tx.fresh.clear()
 
 
 # ====================================================================== classic members
 # A consumer group member "uses the classic protocol" when its metadata carries
-# classic_member_metadata. Its JoinGroup/SyncGroup/Heartbeat/LeaveGroup are consumer_classic.py's
-# (routing.py sends them there); these helpers are shared with it and migration_connect.py.
+# classic_member_metadata. Its JoinGroup/SyncGroup/Heartbeat/LeaveGroup are consumer/classic_members.py's
+# (routing.py sends them there); these helpers are shared with it.
 
 def uses_classic(mem) -> bool:
     return mem is not None and mem.meta.classic_member_metadata is not None
@@ -184,23 +166,6 @@ def chosen_protocol(meta) -> tuple:
     return p.name, p.metadata
 
 
-def classic_member_id(g, member_id: str, instance: Optional[str],
-                      is_classic=None) -> tuple:
-    """(member id, 0) or (None, error code) for a Sync/Heartbeat/Leave naming a classic member
-    of a consumer or connect group (the instance id, when given, decides who it is);
-    ``is_classic(member entry)`` says whether the member uses the classic protocol."""
-    if instance is not None:
-        holder = g.static.get(instance)
-        if holder is None:
-            return None, E.UNKNOWN_MEMBER_ID
-        if member_id and holder != member_id:
-            return None, E.FENCED_INSTANCE_ID
-        member_id = holder
-    if not (is_classic or uses_classic)(g.members.get(member_id)):
-        return None, E.UNKNOWN_MEMBER_ID
-    return member_id, 0
-
-
 def topic_name(g, tid: bytes) -> str:
     for n, (t, _) in g.topic_meta.items():
         if t == tid:
@@ -209,46 +174,45 @@ def topic_name(g, tid: bytes) -> str:
 
 
 # ====================================================================== downgrade
-def maybe_downgrade(plan, left_id: str) -> None:
-    """After ``left_id`` was removed in ``plan``: when it was the last member using the
+def maybe_downgrade(tx, left_id: str) -> None:
+    """After ``left_id`` was removed in ``tx``: when it was the last member using the
     consumer protocol and classic members remain (with a protocol they all support), append
     the conversion back to a classic group in PreparingRebalance (they must rejoin)."""
-    g = plan.group
+    g = tx.group
     left = g.members.get(left_id) if g is not None else None
     if left is None or uses_classic(left):
         return
-    rest = plan.member_ids()
-    if not rest or len(rest) > plan.shard.config.group_max_size:
+    rest = tx.member_ids()
+    if not rest or len(rest) > tx.shard.config.group_max_size:
         return
-    if not all(plan.meta(mid).classic_member_metadata is not None for mid in rest):
+    if not all(tx.meta(mid).classic_member_metadata is not None for mid in rest):
         return
-    members = [_as_classic_member(plan, mid) for mid in rest]
+    members = [_as_classic_member(tx, mid) for mid in rest]
     common = set(n for n, _ in members[0].protocols)
     for mb in members[1:]:
         common &= set(n for n, _ in mb.protocols)
     if not common:
         return                   # no protocol every member speaks: stay a consumer group
-    _downgrade(plan, members)
+    _downgrade(tx, members)
 
 
-def _as_classic_member(plan, mid: str):
-    meta = plan.meta(mid)
+def _as_classic_member(tx, mid: str):
+    meta = tx.meta(mid)
     cm = meta.classic_member_metadata
     protocols = tuple((p.name, bytes(p.metadata)) for p in cm.supported_protocols)
-    return classic.Member(mid, meta.instance_id, meta.client_id, meta.client_host,
-                          cm.session_timeout_ms, meta.rebalance_timeout_ms, protocols,
-                          _encoded_assignment(plan, plan.assignment(mid).assigned,
-                                              protocols[0][1]))
+    return Member(mid, meta.instance_id, meta.client_id, meta.client_host,
+                  cm.session_timeout_ms, meta.rebalance_timeout_ms, protocols,
+                  _encoded_assignment(tx, tx.assignment(mid).assigned, protocols[0][1]))
 
 
-def _encoded_assignment(plan, units, subscription: bytes) -> bytes:
+def _encoded_assignment(tx, units, subscription: bytes) -> bytes:
     """Units as a ConsumerProtocolAssignment, in the version of the member's subscription."""
-    catalog = plan.shard.topics
+    catalog = tx.shard.topics
     by: dict = {}
     for u in units:
-        tid = plan.topic_id(u >> 32)
+        tid = tx.topic_id(u >> 32)
         t = catalog.by_id.get(tid)
-        name = t.name if t is not None else topic_name(plan.group, tid)
+        name = t.name if t is not None else topic_name(tx.group, tid)
         by.setdefault(name, []).append(u & 0xFFFFFFFF)
     version = int.from_bytes(bytes(subscription[:2]), "big", signed=True) \
         if len(subscription) >= 2 else 0
@@ -258,29 +222,29 @@ def _encoded_assignment(plan, units, subscription: bytes) -> bytes:
         for n, ps in sorted(by.items())]), version)
 
 
-def _downgrade(plan, members) -> None:
+def _downgrade(tx, members) -> None:
     """Consumer-group tombstones, then the classic group's GroupMetadata (generation = the
     group epoch after the leave, current assignments kept) and a rebalance."""
-    gid, now = plan.group_id, plan.now
+    gid, now = tx.group_id, tx.now
     for mb in members:
-        plan.remove(mb.member_id)
-    plan.records.append(Record(m.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
-    plan.records.append(Record(m.ConsumerGroupPartitionMetadataKey(gid), None))
-    plan.records.append(Record(m.ConsumerGroupMetadataKey(gid), None))
-    protocol = classic._select_protocol(members)
+        tx.remove(mb.member_id)
+    tx.records.append(Record(m.ConsumerGroupTargetAssignmentMetadataKey(gid), None))
+    tx.records.append(Record(m.ConsumerGroupPartitionMetadataKey(gid), None))
+    tx.records.append(Record(m.ConsumerGroupMetadataKey(gid), None))
+    protocol = select_protocol(members)
     value = m.GroupMetadataValue(
-        protocol_type=CONSUMER_PROTOCOL_TYPE, generation=plan.epoch, protocol=protocol,
+        protocol_type=CONSUMER_PROTOCOL_TYPE, generation=tx.epoch, protocol=protocol,
         leader=members[0].member_id, current_state_timestamp=now,
         members=[m.GroupMetadataValueMemberMetadata(
             member_id=mb.member_id, group_instance_id=mb.instance_id, client_id=mb.client_id,
             client_host=mb.client_host, rebalance_timeout=mb.rebalance_timeout,
             session_timeout=mb.session_timeout, subscription=mb.metadata(protocol),
             assignment=mb.assignment) for mb in members])
-    plan.records.append(Record(m.GroupMetadataKey(group=gid), value))
+    tx.records.append(Record(m.GroupMetadataKey(group=gid), value))
     # Kafka triggers a rebalance: the members rejoin as plain classic members.
     deadline = now + max(mb.rebalance_timeout for mb in members)
-    plan.records.append(classic.RebalanceStarted(gid, deadline, -1, now))
-    plan.timers.append((TimerKey(classic.JOIN, gid), deadline))
+    tx.records.append(RebalanceStarted(gid, deadline, -1, now))
+    tx.timers.append((TimerKey(CLASSIC_JOIN, gid), deadline))
     for mb in members:
-        plan.timers.append((TimerKey(classic.SESSION, gid, mb.member_id),
+        tx.timers.append((TimerKey(CLASSIC_SESSION, gid, mb.member_id),
                             now + mb.session_timeout))

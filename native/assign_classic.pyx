@@ -5,7 +5,7 @@ sticky family (eager sticky, cooperative-sticky) with KIP-341's generation marke
 Data model (docs/assign.md): members are dense indices 0..M-1 in tie-break order, topics
 dense indices 0..T-1 (sorted topic names), unit = topic_base[t] + partition, an assignment is
 an owner array (int32, -1 = unassigned). Subscriptions and owned units are CSR (int64 indptr,
-int32 values). The Python API with input validation is groupcoord.assign.client; these
+int32 values). The Python API with input validation is groupcoord.assign.classic; these
 functions trust their callers for shapes (indptr monotone, lengths), and check value ranges.
 """
 import numpy as np
@@ -240,6 +240,21 @@ cdef void _withhold(int32_t[::1] target, const int32_t[::1] final,
                 target[u] = -1
 
 
+cdef inline int32_t _parked(Py_ssize_t m) noexcept nogil:
+    # Marks a unit member m keeps while its claims are trimmed (-1 and -2 are taken), so a
+    # later duplicate entry in its list does not count the unit twice.
+    return -(<int32_t>m + 3)
+
+
+cdef inline void _unpark(int32_t* final, const int32_t* claims, int64_t n,
+                         Py_ssize_t m) noexcept nogil:
+    # After the trim: member m's parked units (among its n claims) are m's again.
+    cdef int64_t i
+    for i in range(n):
+        if final[claims[i]] == _parked(m):
+            final[claims[i]] = <int32_t>m
+
+
 cdef int64_t _homogeneous(const int32_t[::1] ppt, const int64_t[::1] tbase,
                           const uint8_t[::1] common, const uint8_t[::1] active,
                           const int64_t[::1] oip, const int32_t[::1] owned,
@@ -300,14 +315,11 @@ cdef int64_t _homogeneous(const int32_t[::1] ppt, const int64_t[::1] tbase,
                 u = owned[i]
                 if final[u] == m:
                     if kept < q[m]:
-                        final[u] = -(<int32_t>m + 3)
+                        final[u] = _parked(m)
                         kept += 1
                     else:
                         final[u] = -1
-            for i in range(oip[m], oip[m + 1]):
-                u = owned[i]
-                if final[u] == -(<int32_t>m + 3):
-                    final[u] = <int32_t>m
+            _unpark(&final[0], &owned[oip[m]], oip[m + 1] - oip[m], m)
             o[m] = q[m]
         for m in range(M):
             if active[m] and q[m] > o[m]:
@@ -316,7 +328,7 @@ cdef int64_t _homogeneous(const int32_t[::1] ppt, const int64_t[::1] tbase,
                 n_live += 1
         if _deal(final, mask, True, 0, N, &live[0], &need[0], n_live) != 0:
             with gil:
-                raise RuntimeError("assign_client: free units do not match quotas")
+                raise RuntimeError("assign_classic: free units do not match quotas")
     return 0
 
 
@@ -902,13 +914,10 @@ cdef int64_t _general(const int32_t[::1] ppt, const int64_t[::1] tbase,
                 e = topic_edge[unit_topic[u]]
                 if kept[e] < x[e]:
                     kept[e] += 1
-                    final[u] = -(<int32_t>m + 3)
+                    final[u] = _parked(m)
                 else:
                     final[u] = -1
-        for i in range(oip[m], oip[m + 1]):
-            u = owned[i]
-            if final[u] == -(<int32_t>m + 3):
-                final[u] = <int32_t>m
+        _unpark(&final[0], &owned[oip[m]], oip[m + 1] - oip[m], m)
         for j in range(mi[m], mi[m + 1]):
             topic_edge[e_topic[me[j]]] = -1
     # -- deal each topic's remaining units to its subscribers still short
@@ -926,7 +935,7 @@ cdef int64_t _general(const int32_t[::1] ppt, const int64_t[::1] tbase,
                 n_live += 1
         if n_live and _deal(final, no_mask, False, tbase[t], tbase[t + 1],
                             &live[0], &need[0], n_live) != 0:
-            raise RuntimeError("assign_client: topic %d: free units do not match" % t)
+            raise RuntimeError("assign_classic: topic %d: free units do not match" % t)
     return 0
 
 
