@@ -18,7 +18,7 @@ from groupcoord.groups.config import ShardConfig
 from groupcoord.groups.group import Group
 from groupcoord.groups.record_types import RecordType
 from groupcoord.groups.result import ParkKey, TimerKey
-from groupcoord.protocol import decode, encode
+from groupcoord.protocol import decode, embedded, encode
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
@@ -486,6 +486,41 @@ def test_completing_rebalance_rejoins(client):
     p = c.send(jreq(member=ids[0], protos=(("range", b"x"),)), 5)
     assert c.done(ps).error_code == E.REBALANCE_IN_PROGRESS
     assert isinstance(p, Parked) and c.group().state == "PreparingRebalance"
+
+
+def _sub(generation):
+    return (("range", embedded.encode_subscription(m.ConsumerProtocolSubscription(
+        topics=["t"], generation_id=generation), 3)),)
+
+
+def test_late_join_copy_from_before_a_synced_generation_is_refused(client):
+    # Finding 12 (tests/simulation --seed 3001281 --liveness): the first copy of a JoinGroup
+    # a member retried arrived after it synced the generation the retry joined, while a new
+    # member's join rebalanced the group; counted as its rejoin, the generation completed
+    # without it and its partitions went to others while it ran them (eager).
+    c = client()
+    ids, gen = form(c, 2, protos=[_sub(-1), _sub(-1)])
+    p = c.send(jreq(member=ids[0], protos=_sub(gen)), 5)
+    r = c.send(jreq(member=ids[1], protos=_sub(gen)), 5)
+    gen2 = r.generation_id
+    assert gen2 == gen + 1 and c.done(p).generation_id == gen2
+    sync_all(c, ids, gen2)
+    late = join_new(c, client_id="late")
+    assert isinstance(late, Parked) and c.group().state == "PreparingRebalance"
+    # ids[1]'s copy from before it learned gen2: refused, nothing changes
+    r = c.send(jreq(member=ids[1], protos=_sub(gen)), 5)
+    assert r.error_code == E.REBALANCE_IN_PROGRESS
+    assert not c.group().members[ids[1]].joined
+    q = c.send(jreq(member=ids[0], protos=_sub(gen2)), 5)
+    assert c.waiting(q) and c.waiting(late)
+    # its real rejoin (the generation it synced) counts; so would -1 (a reset member)
+    assert hb(c, ids[1], gen2) == E.REBALANCE_IN_PROGRESS
+    r = c.send(jreq(member=ids[1], protos=_sub(gen2)), 5)
+    assert r.error_code == 0 and r.generation_id == gen2 + 1
+    assert c.done(q).generation_id == gen2 + 1 == c.done(late).generation_id
+    sync_all(c, [ids[0], ids[1], late.key.member_id], gen2 + 1)
+    p = c.send(jreq(member=ids[0], protos=_sub(-1)), 5)
+    assert isinstance(p, Parked) and c.group().members[ids[0]].joined
 
 
 # ---------------------------------------------------------------------------- SyncGroup

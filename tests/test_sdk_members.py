@@ -459,6 +459,19 @@ def test_classic_protocol_subscription_carries_the_generation_marker():
     assert not ConsumerProtocol([T12], ["cooperative-sticky", "range"]).cooperative
 
 
+def test_classic_protocol_subscription_reports_the_joined_generation_owning_nothing():
+    # Java's generation().generationId: an eager member (it revoked everything before
+    # joining) installed generation 4 and then joined 6, whose SyncGroup answer it lost.
+    # The coordinator saw its SyncGroup at 6 and refuses JoinGroups carrying an older
+    # generation as late copies (finding 12): this rejoin must carry 6.
+    p = ConsumerProtocol([T12], ["roundrobin"])
+    p.installed(p.plan_sync(b""), generation=4)
+    assert p.subscription("roundrobin", joined_generation=6).generation_id == 6
+    assert p.subscription("roundrobin").generation_id == 4
+    p.lost()
+    assert p.subscription("roundrobin", joined_generation=-1).generation_id == -1
+
+
 # ============================================================================ end to end
 FAST = ["--group-config", "group.consumer.heartbeat.interval.ms=200",
         "--group-config", "group.initial.rebalance.delay.ms=0",

@@ -40,6 +40,10 @@ interleaving; a mutation must still be found within N seeds).
                          of moving to epoch + 1 (Kafka's rule): a late commit it sent before
                          it released partitions passes the epoch check and overwrites the
                          offsets of their new owner.
+    stale-join-counted   finding 12: a classic JoinGroup copy sent before the member synced
+                         a newer generation (its subscription's generation is older) counts
+                         as its rejoin: the generation completes without it and an eager
+                         member's partitions go to others while it runs them.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ from groupcoord.client import members_consumer_state as kst
 from groupcoord.groups.connect import group as connect_group
 from groupcoord.groups.connect import heartbeat as connect
 from groupcoord.groups.consumer import group as consumer
+from groupcoord.groups.classic import handlers as classic_handlers
 from groupcoord.groups.classic.group import ClassicGroup
 from groupcoord.groups.modern import reconcile
 from groupcoord.groups.shard import Shard
@@ -211,6 +216,11 @@ def revoked_keeps_epoch():
     return _patched((reconcile, "revoked_moves_epoch", lambda cur, nxt, target_epoch: nxt))
 
 
+def stale_join_counted():
+    # BUG: no late JoinGroup copy is recognised (Kafka's classic coordinator has no check).
+    return _patched((classic_handlers, "_stale_join", lambda mb, ptype, protocols: False))
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
@@ -224,4 +234,5 @@ MUTATIONS = {
     "owned-unreported": owned_unreported,
     "kafka-rules-only": kafka_rules_only,
     "revoked-keeps-epoch": revoked_keeps_epoch,
+    "stale-join-counted": stale_join_counted,
 }

@@ -109,7 +109,9 @@ class ConsumerProtocol:
             topics=list(self.topics), user_data=user_data,
             owned_partitions=[ConsumerProtocolSubscriptionTopicPartition(topic=t, partitions=ps)
                               for t, ps in _by_topic(claims)],
-            generation_id=gen, rack_id=self.rack_id)
+            # The member's generation (Java's generation().generationId): the coordinator
+            # tells a late copy of an older JoinGroup by it (handlers._stale_join).
+            generation_id=max(gen, joined_generation), rack_id=self.rack_id)
 
     def protocols(self, joined_generation: int = -1) -> list:
         """[(assignor name, subscription bytes)] in preference order."""

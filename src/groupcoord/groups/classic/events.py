@@ -140,6 +140,7 @@ def _apply_replaced(g: ClassicGroup, ev: StaticMemberReplaced) -> None:
     if old.joined:
         g.num_joined -= 1
     mb.joined = mb.sync_parked = False
+    mb.synced_generation = -1           # a new incarnation: it synced nothing yet
     # Same position in join order, so leader election is unaffected by the rename.
     g.members = {(ev.new_member_id if k == ev.old_member_id else k):
                  (mb if k == ev.old_member_id else v) for k, v in g.members.items()}
@@ -194,8 +195,9 @@ def _apply_join_completed(g: ClassicGroup, ev: JoinCompleted) -> None:
 
 def _apply_sync(g: ClassicGroup, ev: SyncReceived) -> None:
     g.pending_sync.pop(ev.member_id, None)
+    mb = g.writable(ev.member_id)
+    mb.synced_generation = g.generation
     if ev.parked:
-        mb = g.writable(ev.member_id)
         mb.sync_parked = True
         mb.sync_version = ev.version
 

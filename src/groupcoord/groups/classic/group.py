@@ -55,7 +55,7 @@ SESSION, JOIN, SYNC = CLASSIC_SESSION, CLASSIC_JOIN, CLASSIC_SYNC
 class Member:
     __slots__ = ("member_id", "instance_id", "client_id", "client_host", "session_timeout",
                  "rebalance_timeout", "protocols", "assignment", "joined", "join_version",
-                 "sync_parked", "sync_version")
+                 "sync_parked", "sync_version", "synced_generation")
 
     def __init__(self, member_id: str, instance_id: Optional[str] = None, client_id: str = "",
                  client_host: str = "", session_timeout: int = 0, rebalance_timeout: int = 0,
@@ -72,6 +72,10 @@ class Member:
         self.join_version = 0
         self.sync_parked = False            # SyncGroup parked until the leader's arrives
         self.sync_version = 0
+        # The newest generation this member sent a SyncGroup for (volatile): it had the
+        # JoinGroup answer of that generation, so a JoinGroup it sends later cannot carry
+        # an older subscription generation (handlers._stale_join).
+        self.synced_generation = -1
 
     def copy(self) -> "Member":
         c = Member.__new__(Member)

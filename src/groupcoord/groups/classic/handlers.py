@@ -32,6 +32,7 @@ from groupcoord.groups.classic.rebalance import (ClassicTx, after_removal, answe
                                                  session_timeout_refused, sync_response,
                                                  unwritable)
 from groupcoord.groups.result import ParkKey, RequestContext, Result, TimerKey
+from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
@@ -131,6 +132,11 @@ def _join_known(shard, g: ClassicGroup, req, ctx, rt: int, protocols: tuple, ins
         # It probably lost its JoinGroup response: hand the current generation back.
         tx.session(mid)
         return tx.result(join_response(g, mid, ctx.version))
+    if _stale_join(mb, req.protocol_type, protocols):
+        # A late copy of a JoinGroup the member retried (its connection broke): counted as a
+        # rejoin it would hand an eager member's partitions to others while it runs them.
+        # Nothing changes; a member that somehow reads this rejoins.
+        return Result(join_error(ctx.version, E.REBALANCE_IN_PROGRESS, mid))
     if g.state == STATE_PREPARING and mb.joined:
         # A second JoinGroup while the first is parked: the first is superseded.
         tx.answer(mid, "join", join_error(mb.join_version, E.REBALANCE_IN_PROGRESS, mid))
@@ -138,6 +144,25 @@ def _join_known(shard, g: ClassicGroup, req, ctx, rt: int, protocols: tuple, ins
     tx.emit(_joined_event(g.group_id, mid, instance if instance is not None else
                           mb.instance_id, req, ctx, rt, protocols))
     return park_join(tx, mid)
+
+
+def _stale_join(mb, protocol_type: str, protocols: tuple) -> bool:
+    """A "consumer" JoinGroup sent before the member learned a generation it has since
+    synced: its subscription (v2+, KIP-792) carries the member's generation (the last it
+    joined, -1 after a reset), which only grows until a reset. -1 and undecodable or
+    pre-v2 metadata prove nothing."""
+    if protocol_type != "consumer" or mb.synced_generation <= 0:
+        return False
+    gen = -1
+    for _, md in protocols:
+        try:
+            version, sub = embedded.decode_subscription(md)
+        except ValueError:               # the codec's DecodeError: not a subscription
+            return False
+        if version < 2:
+            return False
+        gen = max(gen, sub.generation_id)
+    return 0 <= gen < mb.synced_generation
 
 
 def _replace_static(shard, g: ClassicGroup, old_id: str, req, ctx, rt: int,
