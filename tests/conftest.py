@@ -44,6 +44,8 @@ FILE_TIERS = {
     "test_clients_confluent.py": "e2e",
     "test_clients_kafka_python.py": "e2e",
     "test_clients_restart.py": "e2e",
+    "test_cluster_leases.py": "unit",
+    "test_cluster_pg.py": "integration",
     "test_codec_memory.py": "unit",
     "test_codec_tolerance.py": "unit",
     "test_commit_scan.py": "unit",
@@ -93,6 +95,7 @@ FILE_TIERS = {
     "test_storage_corruption.py": "integration",
     "test_storage_crash.py": "integration",
     "test_storage_log.py": "unit",
+    "test_store_pg.py": "integration",      # a private PostgreSQL (tests/pg_server.py)
     "hostile/test_hostile_fds.py": "e2e",
     "hostile/test_hostile_limits.py": "e2e",
     "hostile/test_hostile_load.py": "e2e",

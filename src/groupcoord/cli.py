@@ -56,6 +56,8 @@ def main(argv=None) -> int:
     from groupcoord.server.main import add_serve_parser
     add_serve_parser(sub)
     _add_log_parser(sub)
+    from groupcoord.cluster.status import add_cluster_parser
+    add_cluster_parser(sub)
     args = p.parse_args(argv)
     if args.command in (None, "apis"):
         return cmd_apis(args)
@@ -65,6 +67,9 @@ def main(argv=None) -> int:
     if args.command == "log":
         from groupcoord.storage.verify import verify_main
         return verify_main(args.dir)
+    if args.command == "cluster":
+        from groupcoord.cluster.status import run as cluster_status
+        return cluster_status(args)
     p.error("unknown command %r" % args.command)  # pragma: no cover - argparse rejects first
     return 2
 

@@ -1,0 +1,109 @@
+"""The PostgreSQL schema of cluster mode (docs/cluster.md), created and upgraded by versioned
+migrations.
+
+Tables (version 1):
+
+    groupcoord_schema_version(version int PRIMARY KEY,
+                              applied_at timestamptz NOT NULL DEFAULT now())
+        one row per migration applied
+    groupcoord_nodes(node_id int PRIMARY KEY, host text NOT NULL, port int NOT NULL,
+                     started_at timestamptz NOT NULL, last_seen timestamptz NOT NULL)
+        the nodes of the cluster and their heartbeats
+    groupcoord_shards(shard int PRIMARY KEY, owner int NULL, epoch bigint NOT NULL DEFAULT 0,
+                      lease_expires timestamptz NULL)
+        one row per shard 0..shards-1 (made here with owner NULL); the epoch grows by one at
+        every acquisition and every write checks it under a row lock (fencing)
+    groupcoord_log(shard int NOT NULL, base_offset bigint NOT NULL, last_offset bigint NOT NULL,
+                   epoch bigint NOT NULL, batch bytea NOT NULL,
+                   PRIMARY KEY (shard, base_offset))
+        a shard's log: one RecordBatch v2 per row, the bytes storage/batch.py encodes for the
+        file segments (storage/pg_log.py); epoch: the shard epoch of the writer
+
+    await migrate(conn, shards)     # idempotent; safe when several nodes start at once
+
+Every migration runs in one transaction under a transaction-level advisory lock, so nodes
+starting together apply each version once (the others wait, then find it applied) and a
+failure leaves the previous version whole (PostgreSQL's DDL is transactional).
+"""
+from __future__ import annotations
+
+__all__ = ["SCHEMA_VERSION", "MIGRATIONS", "migrate", "SchemaError"]
+
+# pg_advisory_xact_lock key of the migration ("gcschema" as 8 bytes): any constant that no
+# other application sharing the database uses.
+MIGRATION_LOCK = int.from_bytes(b"gcschema", "big") & ((1 << 63) - 1)
+
+# version -> its statements; append a version, never edit one that was released.
+MIGRATIONS = {
+    1: (
+        """CREATE TABLE groupcoord_nodes (
+               node_id int PRIMARY KEY,
+               host text NOT NULL,
+               port int NOT NULL,
+               started_at timestamptz NOT NULL,
+               last_seen timestamptz NOT NULL)""",
+        """CREATE TABLE groupcoord_shards (
+               shard int PRIMARY KEY,
+               owner int NULL,
+               epoch bigint NOT NULL DEFAULT 0,
+               lease_expires timestamptz NULL)""",
+        # Compaction updates and deletes rows all the time (a steady commit load rewrites the
+        # same keys): vacuum this table after far fewer dead rows than the 20% default, so
+        # that its size stays bounded (storage/pg_log.py also vacuums after its compactions).
+        # No truncation by vacuum: it takes an ACCESS EXCLUSIVE lock that would hold appends;
+        # the freed space is reused instead.
+        """CREATE TABLE groupcoord_log (
+               shard int NOT NULL,
+               base_offset bigint NOT NULL,
+               last_offset bigint NOT NULL,
+               epoch bigint NOT NULL,
+               batch bytea NOT NULL,
+               PRIMARY KEY (shard, base_offset))
+           WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+                 autovacuum_vacuum_cost_delay = 0, vacuum_truncate = false)""",
+    ),
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+class SchemaError(RuntimeError):
+    """The database holds a schema this node cannot use: a newer version, or another shard
+    count (the hash of a group id to its shard must be the same on every node)."""
+
+
+async def migrate(conn, shards: int) -> int:
+    """Bring the schema to SCHEMA_VERSION and make sure the rows of shards 0..shards-1 exist
+    (``conn``: an asyncpg connection, not inside a transaction). -> the version before.
+    SchemaError when the database is newer than this code or was made with another number
+    of shards."""
+    if shards < 1:
+        raise ValueError("shards must be at least 1")
+    async with conn.transaction():
+        # Serializes concurrent migrators; released at COMMIT/ROLLBACK.
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS groupcoord_schema_version ("
+            " version int PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())")
+        before = await conn.fetchval(
+            "SELECT coalesce(max(version), 0) FROM groupcoord_schema_version")
+        if before > SCHEMA_VERSION:
+            raise SchemaError("the database's groupcoord schema is version %d; this node "
+                              "knows up to %d: upgrade the node" % (before, SCHEMA_VERSION))
+        for version in sorted(MIGRATIONS):
+            if version <= before:
+                continue
+            for statement in MIGRATIONS[version]:
+                await conn.execute(statement)
+            await conn.execute("INSERT INTO groupcoord_schema_version (version) VALUES ($1)",
+                               version)
+        have = await conn.fetchval("SELECT count(*) FROM groupcoord_shards")
+        beyond = await conn.fetchval("SELECT count(*) FROM groupcoord_shards WHERE shard >= $1",
+                                     shards)
+        if beyond or (have and have != shards):
+            raise SchemaError("the cluster's store has %d shards, this node was started with "
+                              "%d: every node must use the same number" % (have, shards))
+        await conn.execute(
+            "INSERT INTO groupcoord_shards (shard) SELECT generate_series(0, $1 - 1)"
+            " ON CONFLICT (shard) DO NOTHING", shards)
+    return before
