@@ -45,6 +45,7 @@ from groupcoord.runtime.load import load_shard
 from groupcoord.runtime.shard_state import STATE_ERROR, ShardState
 from groupcoord.runtime.write_path import WritePath
 from groupcoord.storage import CorruptBatchError, Log, LogFailedError
+from groupcoord.storage.pg_log import LeaseLostError
 
 __all__ = ["ShardRuntime", "ShardState", "wall_clock_ms"]
 
@@ -60,11 +61,17 @@ def wall_clock_ms() -> int:
 class ShardRuntime(WritePath):
     def __init__(self, index: int, directory: str, config: RuntimeConfig,
                  topics: TopicCatalog, *, clock: Callable[[], int] = wall_clock_ms,
-                 io_pool=None, cpu_pool=None, file_ops=None):
+                 io_pool=None, cpu_pool=None, file_ops=None, store=None, on_fenced=None):
         # file_ops: the log's file-system calls (None: the OS; a simulated disk in
         # tests/simulation). io_pool / cpu_pool: executors of log I/O and offloaded assignor
-        # runs (None: the loop's default executor). The write path's state: WritePath.
+        # runs (None: the loop's default executor). store: None (the file log in
+        # ``directory``) or a runtime.stores.PgStore (cluster mode: load_shard sets ``epoch``,
+        # the lease epoch the log writes with; on_fenced(index, epoch) is told when the
+        # store refused a write because the lease is gone). The write path's state: WritePath.
         super().__init__()
+        self.store = store if store is not None and store.kind != "file" else None
+        self.on_fenced = on_fenced
+        self.epoch = 0
         self.index = index
         self.file_ops = file_ops
         self.directory = directory
@@ -119,13 +126,24 @@ class ShardRuntime(WritePath):
         # other shards (and this one's requests with COORDINATOR_LOAD_IN_PROGRESS).
         self.corrupt = None
         try:
-            lg, sh, stats = await self._loop.run_in_executor(self.io_pool, _open_and_replay)
+            if self.store is None:
+                lg, sh, stats = await self._loop.run_in_executor(self.io_pool,
+                                                                 _open_and_replay)
+            else:
+                lg, sh, stats = await self._load_from_store(shard_config, topics)
         except CorruptBatchError as exc:
             if gen == self.generation:
                 self._corrupted(exc)
             raise
+        except LeaseLostError as exc:
+            if gen == self.generation:
+                self._lost(exc)
+            raise
         if gen != self.generation:          # closed (or reloaded) meanwhile
-            lg.close(flush=False)
+            if self.store is None:
+                lg.close(flush=False)
+            else:
+                await lg.close(flush=False)
             return
         self.log, self.shard, self.load_stats = lg, sh, stats
         now = self.clock()
@@ -139,7 +157,7 @@ class ShardRuntime(WritePath):
             self._process(sh_result, now)
             if gen != self.generation:      # that write failed the shard: its reload is due
                 return
-        self._closed_bytes = sum(s.size for s in lg.segments()[:-1])
+        self._closed_bytes = self._log_closed_bytes()
         self.state = ShardState.ACTIVE
         self._loaded.set()
         self._arm_timer()
@@ -162,6 +180,54 @@ class ShardRuntime(WritePath):
         self.generation += 1
         log.error("shard %d: corrupt log, not serving its groups (COORDINATOR_NOT_AVAILABLE) "
                   "until it is repaired and the shard loaded again: %s", self.index, exc)
+
+    async def _load_from_store(self, shard_config, topics):
+        """Cluster mode: the shard's rows read on the loop (one query), replayed in a worker
+        thread by the same native loader as the file segments."""
+        lg = self.store.open(self.index, self.epoch, self.clock)
+        try:
+            snap = await lg.load()          # LeaseLostError when the lease is not ours
+
+            def _replay():
+                sh = Shard(shard_config, topics)
+                return sh, load_shard(sh, snap)
+
+            sh, stats = await self._loop.run_in_executor(self.io_pool, _replay)
+        except BaseException:
+            await lg.close(flush=False)
+            raise
+        return lg, sh, stats
+
+    def _lost(self, exc) -> None:
+        """The store refused a write (or a load) because this node no longer holds the
+        shard's lease at its epoch: stop serving it at once (NOT_COORDINATOR: the client
+        finds the new coordinator), answer everything waiting, drop the log, tell the
+        lease glue. No reload: the shard is another node's now."""
+        if self.state is ShardState.UNLOADED and self.log is None:
+            return
+        self.state = ShardState.UNLOADED
+        self.generation += 1
+        self._flushing = False
+        self._compacting = False
+        self._cancel_timer()
+        waiters = list(self._waiters) + list(self._parked.values())
+        self._waiters.clear()
+        self._parked.clear()
+        for w in waiters:
+            if w.future.done():
+                continue
+            if w.request is None:
+                w.future.set_exception(LogFailedError(
+                    "shard %d: lease lost before these writes were durable" % self.index))
+            else:
+                self._error(w, ErrorCode.NOT_COORDINATOR)
+        log.warning("shard %d: fenced at epoch %d (%s); %d waiting request(s) answered "
+                    "NOT_COORDINATOR; unloaded", self.index, self.epoch, exc, len(waiters))
+        lg, self.log, self.shard = self.log, None, None
+        if lg is not None:
+            self._log_closing = self._loop.create_task(_close_async(lg, self.index))
+        if self.on_fenced is not None:
+            self.on_fenced(self.index, self.epoch)
 
     async def wait_loaded(self) -> None:
         await self._loaded.wait()
@@ -234,7 +300,9 @@ class ShardRuntime(WritePath):
                       "%g s", self.index, what, self._fail_streak, now - self._fail_since,
                       answered, delay)
         lg, self.log, self.shard = self.log, None, None
-        if lg is not None:
+        if lg is not None and self.store is not None:
+            self._log_closing = self._loop.create_task(_close_async(lg, self.index))
+        elif lg is not None:
             # Off the loop: close() waits for a write in progress and a running compaction.
             # The reload waits for it (the directory is the old log's until then).
             try:
@@ -258,6 +326,8 @@ class ShardRuntime(WritePath):
             try:
                 await self.load()
                 return
+            except LeaseLostError:
+                return                      # unloaded by _lost: another node's shard now
             except Exception as exc:
                 if self.generation != gen + 1:
                     return                  # closed meanwhile
@@ -361,13 +431,23 @@ class ShardRuntime(WritePath):
         closing, self._log_closing = self._log_closing, None
         if closing is not None:
             await closing                   # a failed log's close: _close_log never raises
-        if lg is not None:
+        if lg is not None and self.store is not None:
+            await _close_async(lg, self.index)
+        elif lg is not None:
             # close() waits for a running compaction: not on the loop.
             try:
                 await self._loop.run_in_executor(self.io_pool, lg.close)
             except Exception as exc:
                 log.error("shard %d: closing the log of %s failed: %s", self.index,
                           self.directory, exc)
+
+
+async def _close_async(lg, index: int) -> None:
+    """Close a store log (PgShardLog) without flushing; never raises."""
+    try:
+        await lg.close(flush=False)
+    except Exception as exc:
+        log.warning("shard %d: closing its log: %s", index, exc)
 
 
 def _close_log(lg, index: int) -> None:

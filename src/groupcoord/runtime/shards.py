@@ -36,6 +36,7 @@ from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.config import RuntimeConfig
 from groupcoord.runtime.shard_runtime import ShardRuntime, ShardState, wall_clock_ms
+from groupcoord.runtime.stores import FileStore
 
 __all__ = ["ShardSet", "ShardLoadError", "shard_for", "java_string_hash", "GROUP_APIS"]
 
@@ -81,8 +82,13 @@ def shard_for(group_id: str, shards: int) -> int:
 class ShardSet:
     def __init__(self, config: Optional[RuntimeConfig] = None,
                  topics: Optional[TopicCatalog] = None, *,
-                 clock: Callable[[], int] = wall_clock_ms):
+                 clock: Callable[[], int] = wall_clock_ms, store=None,
+                 on_fenced: Optional[Callable[[int, int], None]] = None):
+        # store: runtime.stores.FileStore (default: config.data_dir) or PgStore (cluster
+        # mode: shards load when the lease glue says, load_shard(index, epoch)).
+        # on_fenced(index, epoch): a shard's write was refused, its lease is gone (unloaded).
         self.config = config or RuntimeConfig()
+        self.store = store if store is not None else FileStore(self.config.data_dir)
         self.topics = topics if topics is not None else TopicCatalog()
         self.clock = clock
         self._io_pool = ThreadPoolExecutor(max(1, self.config.io_threads),
@@ -92,7 +98,8 @@ class ShardSet:
         n = self.config.shards
         self.shards = [ShardRuntime(i, self.shard_dir(i), self.config, self.topics,
                                     clock=clock, io_pool=self._io_pool,
-                                    cpu_pool=self._cpu_pool) for i in range(n)]
+                                    cpu_pool=self._cpu_pool, store=self.store,
+                                    on_fenced=on_fenced) for i in range(n)]
         self._n = n
         self._routes = {k: self._single for k in SINGLE_GROUP_APIS}
         self._routes.update({
@@ -106,7 +113,7 @@ class ShardSet:
             K.INCREMENTAL_ALTER_CONFIGS: functools.partial(self._configs, "responses")})
 
     def shard_dir(self, index: int) -> str:
-        return os.path.join(self.config.data_dir, "__consumer_offsets-%d" % index)
+        return self.store.where(index)
 
     def shard_of(self, group_id: str) -> int:
         return shard_for(group_id, self._n)
@@ -121,7 +128,8 @@ class ShardSet:
         if its log is corrupt, FAILED (``failed_shards()``: its groups get
         COORDINATOR_NOT_AVAILABLE, the other shards serve; the shard logged one line). Any
         other load error (an OSError, a bug) raises ShardLoadError naming the shard."""
-        os.makedirs(self.config.data_dir, exist_ok=True)
+        if self.store.kind == "file":
+            os.makedirs(self.config.data_dir, exist_ok=True)
         t0 = time.perf_counter()
         todo = [self.shards[i] for i in (range(self._n) if shards is None else shards)]
         results = await asyncio.gather(*(s.load() for s in todo), return_exceptions=True)
@@ -136,18 +144,27 @@ class ShardSet:
         records = sum(getattr(s.load_stats, "records_read", 0) for s in todo
                       if s.corrupt is None)
         log.info("loaded %d shard(s) from %s: %d records in %.2f s", len(todo) - len(failed),
-                 self.config.data_dir, records, time.perf_counter() - t0)
+                 self.store, records, time.perf_counter() - t0)
         if failed:
             log.error("%d of %d shard(s) not serving, their logs are corrupt (each named "
                       "above): %s; `groupcoord log verify %s` lists every problem",
                       len(failed), len(todo), ", ".join(str(s.index) for s in failed),
                       self.config.data_dir)
 
-    async def load_shard(self, index: int) -> None:
-        await self.shards[index].load()
+    async def load_shard(self, index: int, epoch: int = 0) -> None:
+        """Load one shard (cluster mode: as the lease holder at ``epoch``; LeaseLostError
+        when the store says the lease is not ours)."""
+        rt = self.shards[index]
+        rt.epoch = epoch
+        await rt.load()
 
     async def unload_shard(self, index: int) -> None:
+        """Stop serving one shard: pending writes finished, waiting requests answered,
+        the log closed; its requests get NOT_COORDINATOR from now on."""
         await self.shards[index].close()
+
+    def loaded(self, index: int) -> bool:
+        return self.shards[index].state is ShardState.ACTIVE
 
     async def set_topics(self, catalog: TopicCatalog) -> None:
         """Install a new topic catalog on every shard: consumer groups whose subscribed

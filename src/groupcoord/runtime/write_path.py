@@ -32,6 +32,7 @@ from groupcoord.protocol.error_codes import ErrorCode
 from groupcoord.runtime.shard_state import ShardState
 from groupcoord.storage import LogFailedError
 from groupcoord.storage.log import LogClosedError
+from groupcoord.storage.pg_log import LeaseLostError
 
 __all__ = ["WritePath", "UNWRITABLE_RETRY_MS", "Unwritable", "encode_checked"]
 
@@ -64,6 +65,7 @@ class WritePath:
         self._dirty_bytes = 0
         self._closed_bytes = 0
         self._unwritable_logged: set = set()    # (group, kind) refused and logged (_process)
+        self._flush_bytes = 0               # a store log's commit in flight: its bytes
         self._compact_streak = 0            # failed compactions in a row
         self._compact_retry_at = 0.0        # loop time before which none is started
         # counters (for logs and benchmarks)
@@ -197,6 +199,12 @@ class WritePath:
             self._flushing = False
             return
         gen = self.generation
+        if self.store is not None:
+            # A store log (PostgreSQL): the group commit is one awaited transaction.
+            self._flush_bytes = lg.pending_bytes
+            task = self._loop.create_task(lg.flush_async())
+            task.add_done_callback(lambda t: self._end_store_flush(t, gen))
+            return
         try:
             job = lg.begin_flush()
             if job is None:
@@ -213,6 +221,19 @@ class WritePath:
             return
         fut.add_done_callback(lambda f: self._end_flush(job, _outcome(f), gen))
 
+    def _end_store_flush(self, task, gen: int) -> None:
+        exc = None if task.cancelled() else task.exception()    # always retrieved
+        if gen != self.generation or self.log is None:
+            return
+        if isinstance(exc, LeaseLostError):
+            self._lost(exc)                 # another node holds the shard: unload
+            return
+        if exc is not None or task.cancelled():
+            self._fail(exc)                 # the store is unreachable: reload after a backoff
+            return
+        self._dirty_bytes += self._flush_bytes
+        self._flushed(task.result())
+
     def _end_flush(self, job, error, gen: int) -> None:
         if gen != self.generation or self.log is None:
             return                          # the shard was reloaded or closed meanwhile
@@ -221,6 +242,11 @@ class WritePath:
         except Exception as exc:            # LogFailedError: the write or fdatasync failed
             self._fail(exc)
             return
+        self._flushed(durable)
+
+    def _flushed(self, durable: int) -> None:
+        """Everything below ``durable`` is durable: release its waiters, start the next
+        group commit with what arrived meanwhile."""
         self.flushes += 1
         if self._fail_streak:
             log.info("shard %d: log writes succeed again after %d failure(s) in a row",
@@ -251,12 +277,18 @@ class WritePath:
 
     # ================================================================== compaction
     def _account(self) -> None:
+        cfg = self.config
+        if self.store is not None:
+            # Store logs count the bytes their commits wrote (_end_store_flush).
+            if (not self._compacting and self._dirty_bytes >= cfg.compact_min_dirty_bytes
+                    and self._loop.time() >= self._compact_retry_at):
+                self._start_compaction()
+            return
         segs = self.log.segments()
         closed = sum(s.size for s in segs[:-1])
         if closed > self._closed_bytes:
             self._dirty_bytes += closed - self._closed_bytes
         self._closed_bytes = closed
-        cfg = self.config
         if (not self._compacting and self._dirty_bytes >= cfg.compact_min_dirty_bytes
                 and self._dirty_bytes >= cfg.compact_min_dirty_ratio * max(closed, 1)
                 and self._loop.time() >= self._compact_retry_at):
@@ -266,6 +298,10 @@ class WritePath:
         self._compacting = True
         lg, gen = self.log, self.generation
         now = self.clock()
+        if self.store is not None:
+            fut = self._loop.create_task(lg.compact(self.config.tombstone_retention_ms, now))
+            fut.add_done_callback(lambda f: self._compaction_done(f, gen))
+            return
         fut = self._loop.run_in_executor(
             self.io_pool, lambda: lg.compact(self.config.tombstone_retention_ms, now))
         fut.add_done_callback(lambda f: self._compaction_done(f, gen))
@@ -282,6 +318,9 @@ class WritePath:
                          self.index, exc)
             return
         self._compacting = False
+        if isinstance(exc, LeaseLostError):
+            self._lost(exc)
+            return
         if exc is not None or fut.cancelled():
             # Nothing is lost (each segment is swapped whole); retried after a backoff, not
             # at the next group commit, so a persistent fault does not rewrite in a loop.
@@ -293,8 +332,13 @@ class WritePath:
             return
         self._compact_streak = 0
         self._dirty_bytes = 0
-        self._closed_bytes = sum(s.size for s in self.log.segments()[:-1])
+        self._closed_bytes = self._log_closed_bytes()
         log.info("shard %d: compacted: %s", self.index, fut.result())
+
+    def _log_closed_bytes(self) -> int:
+        if self.store is not None:
+            return 0
+        return sum(s.size for s in self.log.segments()[:-1])
 
     # ================================================================== retries
     def _backoff_s(self, streak: int) -> float:
