@@ -47,6 +47,7 @@ FILE_TIERS = {
     "test_cluster_leases.py": "unit",
     "test_cluster_node.py": "integration",
     "test_cluster_pg.py": "integration",
+    "test_cluster_serve.py": "integration",   # serve --store postgresql:// processes
     "test_codec_memory.py": "unit",
     "test_codec_tolerance.py": "unit",
     "test_commit_scan.py": "unit",
@@ -88,6 +89,7 @@ FILE_TIERS = {
     "test_server_bad_input.py": "integration",
     "test_server_catalog.py": "unit",
     "test_server_cli.py": "integration",
+    "test_server_cluster_args.py": "unit",
     "test_server_connection.py": "integration",
     "test_server_e2e.py": "integration",
     "test_server_fairness.py": "integration",

@@ -6,6 +6,7 @@ import groupcoord.protocol as P
 from groupcoord.groups.limits import validate_topic_name
 from groupcoord.groups.topics import TopicCatalog, topic_id_for
 from groupcoord.protocol.error_codes import ErrorCode as E
+from groupcoord.runtime.shards import shard_for
 from groupcoord.server import node as N
 from groupcoord.server import topic_admin as T
 
@@ -271,3 +272,113 @@ def test_top_level_error_response_only_where_the_version_has_one():
     assert N.top_level_error_response(10, 4, 42) is None         # FindCoordinator v4+: per key
     r = N.top_level_error_response(68, 1, 42, "why")
     assert roundtrip(r, 1).error_message == "why"
+
+
+# ---------------------------------------------------------------------- cluster mode
+class FakeView:
+    """A cluster view as server/node.py reads it (cluster/node.py ClusterNode's shape)."""
+
+    def __init__(self, node_id, brokers, owners, controller, shard_count=50):
+        self.node_id = node_id
+        self.shard_count = shard_count
+        self._brokers = brokers
+        self._owners = owners               # group id -> owner, turned into shard -> owner
+        self._controller = controller
+
+    def brokers(self):
+        return list(self._brokers)
+
+    def owner(self, shard):
+        return {shard_for(g, self.shard_count): o for g, o in self._owners.items()}.get(shard)
+
+    def controller_id(self):
+        return self._controller
+
+
+LIVE = [(1, "n1.example", 9101), (2, "n2.example", 9102), (4, "n4.example", 9104)]
+# g-on-4 is owned by node 4, g-moving by nobody, g-dead by node 3 (not live).
+OWNERS = {"g-on-4": 4, "g-on-1": 1, "g-moving": None, "g-dead": 3}
+VIEW = FakeView(2, LIVE, OWNERS, controller=1)
+CNODE = N.NodeState("n2.example", 9102, "cluster-xyz", lambda: CAT, RANGES, cluster=VIEW)
+
+
+def test_distinct_shards_for_the_cluster_groups():
+    # the fake view maps groups to shards: they must not collide
+    assert len({shard_for(g, 50) for g in OWNERS}) == len(OWNERS)
+
+
+@pytest.mark.parametrize("v", versions(M.MetadataRequest))
+def test_cluster_metadata_lists_the_live_nodes_and_the_controller_leads(v):
+    resp = roundtrip(N.metadata(M.MetadataRequest(topics=[] if v == 0 else None), v, CNODE), v)
+    assert [(b.node_id, b.host, b.port) for b in resp.brokers] == LIVE
+    if v >= 1:
+        assert resp.controller_id == 1
+    parts = [p for t in resp.topics for p in t.partitions]
+    assert len(parts) == 4 and all(p.leader_id == 1 and p.replica_nodes == [1]
+                                   and p.isr_nodes == [1] for p in parts)
+
+
+def test_cluster_metadata_by_name_leads_from_the_controller_too():
+    req = M.MetadataRequest(topics=[M.MetadataRequestTopic(name="payments")])
+    (t,) = roundtrip(N.metadata(req, 12, CNODE), 12).topics
+    assert [p.leader_id for p in t.partitions] == [1]
+
+
+def test_a_view_that_read_no_node_yet_lists_this_node():
+    node = N.NodeState("me.example", 9107, "c", lambda: CAT, RANGES,
+                       cluster=FakeView(7, [], {}, controller=7))
+    resp = roundtrip(N.metadata(M.MetadataRequest(topics=None), 12, node), 12)
+    assert [(b.node_id, b.host, b.port) for b in resp.brokers] == [(7, "me.example", 9107)]
+    assert resp.controller_id == 7
+
+
+@pytest.mark.parametrize("v", versions(M.DescribeClusterRequest))
+def test_cluster_describe_cluster_lists_the_live_nodes(v):
+    req = M.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                   endpoint_type=1)
+    resp = roundtrip(N.describe_cluster(req, v, CNODE), v)
+    assert resp.controller_id == 1
+    assert [(b.broker_id, b.host, b.port) for b in resp.brokers] == LIVE
+
+
+@pytest.mark.parametrize("v", range(0, 4))
+def test_cluster_find_coordinator_names_the_owner_of_the_group_shard(v):
+    resp = roundtrip(N.find_coordinator(M.FindCoordinatorRequest(key="g-on-4"), v, CNODE), v)
+    assert (resp.error_code, resp.node_id, resp.host, resp.port) == (0, 4, "n4.example", 9104)
+    for g in ("g-moving", "g-dead"):
+        resp = roundtrip(N.find_coordinator(M.FindCoordinatorRequest(key=g), v, CNODE), v)
+        assert (resp.error_code, resp.node_id, resp.host, resp.port) == (
+            E.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+        if v >= 1:
+            assert "moving" in resp.error_message
+
+
+@pytest.mark.parametrize("v", [4, 5, 6])
+def test_cluster_find_coordinator_batched_answers_each_key(v):
+    keys = ["g-on-4", "g-moving", "g-on-1", "g-dead"]
+    req = M.FindCoordinatorRequest(coordinator_keys=keys, key_type=0)
+    resp = roundtrip(N.find_coordinator(req, v, CNODE), v)
+    got = [(c.key, c.error_code, c.node_id, c.host, c.port) for c in resp.coordinators]
+    na = int(E.COORDINATOR_NOT_AVAILABLE)
+    assert got == [("g-on-4", 0, 4, "n4.example", 9104), ("g-moving", na, -1, "", -1),
+                   ("g-on-1", 0, 1, "n1.example", 9101), ("g-dead", na, -1, "", -1)]
+    assert "no node owns shard %d" % shard_for("g-moving", 50) in resp.coordinators[1].error_message
+    assert "node 3, is not live" in resp.coordinators[3].error_message
+    # the group key type only: transactions are still refused, not looked up
+    req = M.FindCoordinatorRequest(coordinator_keys=["tx"], key_type=1)
+    assert roundtrip(N.find_coordinator(req, v, CNODE), v).coordinators[0].error_code == \
+        E.INVALID_REQUEST
+
+
+def test_file_mode_has_no_cluster_view():
+    assert NODE.cluster is None and NODE.brokers() == [(0, "broker.example", 9999)]
+    assert NODE.controller_id() == 0
+
+
+@pytest.mark.parametrize("v", [0, 1, 9, 12, 13])
+def test_cluster_metadata_uncached_is_node_metadata_encoded(v):
+    from groupcoord.server.metadata_cache import response_frame
+    from groupcoord.server.server import UncachedMetadata
+    req = M.MetadataRequest(topics=[] if v == 0 else None)
+    frame = b"".join(response_frame(UncachedMetadata(CNODE).answer(req, v), v, 5))
+    assert frame == bytes(P.encode_response_frame(N.metadata(req, v, CNODE), v, 5))

@@ -1,26 +1,46 @@
 """`groupcoord serve`: wire the runtime's ShardSet and the Server together and run them.
 
-Startup: merge --topic/--topics-file into <data-dir>/topics.json, load every shard
-(``ShardSet.start``), bind, then print exactly one line to stdout and flush it:
+The store (--store; --data-dir DIR is an alias of --store file:DIR):
 
-    groupcoord: listening on HOST:PORT (N shards loaded from DATA_DIR)
+  file:DIR       a single node. Merge --topic/--topics-file into DIR/topics.json, load every
+                 shard (``ShardSet.start``), bind.
+  postgresql://  cluster mode (docs/cluster.md). Merge the topics into
+                 <catalog-dir>/topics.json (each node keeps its own catalog), connect to the
+                 store (a few attempts with backoff), migrate its schema, start the shards
+                 with none loaded, bind, then start the ClusterNode (cluster/node.py), which
+                 registers this node with its advertised address and bound port and loads
+                 the shards it acquires. The node APIs answer from its view (ClusterView).
 
-Logs go to stderr. SIGTERM or SIGINT: graceful shutdown (Server.shutdown), exit status 0.
-Startup errors (bad topic spec, partition decrease, port in use, a data directory that is
-a file or cannot be created or written) exit 1 (2 for bad arguments) with one line on stderr. A shard with a corrupt log is no startup error: it stays
-FAILED (one line on stderr) and N counts only the shards that loaded.
+Then print exactly one line to stdout and flush it:
+
+    groupcoord: listening on HOST:PORT (N shards loaded from DATA_DIR or the store)
+
+(in cluster mode N counts the shards owned at that moment, usually 0). Logs go to stderr.
+SIGTERM or SIGINT: graceful shutdown, exit status 0 (cluster mode first hands every owned
+shard over: ClusterNode.close unloads and releases them). Startup errors (bad topic spec,
+partition decrease, port in use, a data directory that is a file or cannot be created or
+written; a bad DSN, a store unreachable after the retries, --node-id missing with a
+PostgreSQL store) exit 1 with one line on stderr; bad arguments exit 2. A shard with a
+corrupt log is no startup error: it stays FAILED (one line on stderr) and N counts only the
+shards that loaded.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from typing import Optional
 
+from groupcoord.cluster.status import DEFAULT_LEASE_MS, redact
 from groupcoord.server.catalog import (CatalogError, CatalogStore, load_topics_file,
                                        merge_topics, parse_topic_arg)
+from groupcoord.server.cluster_mode import (DEFAULT_DATA_DIR, MIN_LEASE_MS,
+                                            STORE_CONNECT_TIMEOUT_S, ClusterView,
+                                            check_cluster_args, first_line, open_store,
+                                            resolve_store)
+from groupcoord.server.startup import (MAX_CONNECTIONS_CAP, StartupError, check_data_dir,
+                                       check_open_files_limit, os_error)
 from groupcoord.server.topic_admin import CatalogLimits, check_catalog_limits
 from groupcoord.server.server import Server, ServerConfig
 
@@ -29,20 +49,22 @@ __all__ = ["add_serve_parser", "run"]
 log = logging.getLogger("groupcoord.serve")
 
 
-class StartupError(Exception):
-    pass
-
-
 def add_serve_parser(sub):
     from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES
     s = sub.add_parser(
         "serve", help="run a coordinator node that Kafka clients connect to",
         description="Run a groupcoord coordinator node. Kafka clients bootstrap to it, find it "
                     "as their group coordinator and form classic, consumer (KIP-848) and "
-                    "Connect groups through it. Once every shard is loaded and the socket "
+                    "Connect groups through it. With a file store (the default) the node is "
+                    "alone and owns every shard; nodes started with the same PostgreSQL "
+                    "--store form a cluster that spreads the shards over its live nodes and "
+                    "moves them when a node joins, leaves or dies. Once the shards are loaded "
+                    "(cluster mode: none yet; the node acquires them next) and the socket "
                     "listens, one line 'groupcoord: listening on HOST:PORT (N shards loaded "
-                    "from DATA_DIR)' is printed to stdout; logs go to stderr. SIGTERM/SIGINT "
-                    "shut down gracefully (exit status 0).")
+                    "from STORE)' is printed to stdout; logs go to stderr. SIGTERM/SIGINT "
+                    "shut down gracefully (exit status 0; cluster mode hands its shards over "
+                    "first). Exit status 1: a startup error (one line on stderr); 2: bad "
+                    "arguments.")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default %(default)s; 0.0.0.0 for all IPv4 "
                         "interfaces)")
@@ -51,10 +73,33 @@ def add_serve_parser(sub):
                         "listening line)")
     s.add_argument("--advertised-host", default=None,
                    help="host name clients are told to connect to in Metadata and "
-                        "FindCoordinator (default: --host)")
-    s.add_argument("--data-dir", default="./groupcoord-data",
-                   help="directory of the shard logs, topics.json and cluster-id (default "
-                        "%(default)s; created if missing)")
+                        "FindCoordinator (default: --host); in cluster mode also the name "
+                        "the other nodes give clients for this one, so every client must "
+                        "reach this node by it")
+    s.add_argument("--store", default=None, metavar="STORE",
+                   help="where the shard logs live. file:DIR: this node's own directory of "
+                        "shard logs, topics.json and cluster-id (created if missing); the "
+                        "node is alone. postgresql://USER[:PASSWORD]@HOST:PORT/DB: cluster "
+                        "mode, every node started with the same store is one cluster; the "
+                        "schema is created on first use; needs --node-id. Default: file:%s"
+                        % DEFAULT_DATA_DIR)
+    s.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="the same as --store file:DIR (giving both is an error)")
+    s.add_argument("--node-id", type=int, default=None, metavar="N",
+                   help="cluster mode: this node's id, a positive integer unique in the "
+                        "cluster; required with a postgresql store, refused with a file store "
+                        "(a single node is node 0)")
+    s.add_argument("--lease-ms", type=int, default=None, metavar="MS",
+                   help="cluster mode: how long a shard's lease lasts without renewal "
+                        "(default %d, at least %d). A node that cannot renew within it stops "
+                        "serving the shard; a dead node's shards move after it. Give every "
+                        "node the same value" % (DEFAULT_LEASE_MS, MIN_LEASE_MS))
+    s.add_argument("--catalog-dir", default=None, metavar="DIR",
+                   help="cluster mode: directory of this node's topic catalog (topics.json; "
+                        "default ./groupcoord-catalog-<node-id>). Each node keeps the catalog "
+                        "of its own --topic/--topics-file and clients' topic changes: give "
+                        "every node the same topics (a catalog shared through the store is "
+                        "not done yet). With a file store the catalog is in its directory")
     s.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
                    help="a topic of the catalog, e.g. orders:6 (repeatable); merged into the "
                         "stored catalog: new topics are added, a partition count can grow "
@@ -65,7 +110,8 @@ def add_serve_parser(sub):
     s.add_argument("--shards", type=int, default=50,
                    help="number of coordinator shards (each a single-threaded state machine "
                         "with its own log; default %(default)s). Groups map to shards by "
-                        "hash, so keep it fixed for a data directory")
+                        "hash, so keep it fixed for a data directory; every node of a cluster "
+                        "gives the same)")
     s.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES,
                    help="largest request accepted, in bytes; a bigger size prefix closes the "
                         "connection (default %(default)s = 100 MiB, like Kafka's "
@@ -203,126 +249,7 @@ def _check_args(args):
                            "be >= 1")
     if args.max_topics < 0 or args.max_partitions < 0:
         raise CatalogError("--max-topics and --max-partitions must be >= 0")
-
-
-# Descriptors besides connections and segment files: listening sockets, stdio, the event
-# loop's own (epoll, self-pipe), the catalog and cluster-id files, log handlers.
-FD_MARGIN = 64
-# The default --max-connections: whatever the descriptors allow, up to this. A fixed default
-# (it was 10,000) refused the 10,000th member of a big group plus any admin connection on a
-# machine that could hold far more; Kafka's max.connections is unbounded.
-MAX_CONNECTIONS_CAP = 1_000_000
-
-
-def check_open_files_limit(max_connections: Optional[int], shards: int, data_dir: str) -> int:
-    """Compare RLIMIT_NOFILE with what this node may hold open: every connection, one
-    descriptor per segment file (each segment keeps its read descriptor), and per shard its
-    write descriptor plus one for a segment roll or a compaction's output. Raise the soft
-    limit towards the hard one where it is short; log one line saying what was done (a
-    warning when still short: a roll that cannot open its file fails its shard).
-    max_connections None (the default of --max-connections): raise the soft limit to the
-    hard one and allow every descriptor the logs leave, up to MAX_CONNECTIONS_CAP. Returns
-    the max connections to enforce."""
-    try:
-        import resource
-    except ImportError:                 # pragma: no cover - not on Windows
-        return MAX_CONNECTIONS_CAP if max_connections is None else max_connections
-    segments = 0
-    try:
-        for name in os.listdir(data_dir):
-            d = os.path.join(data_dir, name)
-            if name.startswith("__consumer_offsets-") and os.path.isdir(d):
-                segments += sum(1 for f in os.listdir(d) if f.endswith(".log"))
-    except OSError:
-        pass                            # no data yet: only the margin below counts
-    if max_connections is None:
-        return _connections_from_limit(resource, segments, shards)
-    need = max_connections + segments + 2 * shards + FD_MARGIN
-    what = ("%d connections + %d segment files + %d shards x 2 + %d"
-            % (max_connections, segments, shards, FD_MARGIN))
-    inf = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == inf or soft >= need:
-        log.info("open files limit %s covers the %d this node may use (%s)",
-                 "unlimited" if soft == inf else soft, need, what)
-        return max_connections
-    raised = None
-    for target in ([hard] if hard != inf else []) + [need]:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):   # e.g. the hard limit is above fs.nr_open
-            continue
-        raised = target
-        break
-    new = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    hard_s = "unlimited" if hard == inf else str(hard)
-    if raised is not None and (new == inf or new >= need):
-        log.info("open files limit: raised the soft limit from %d to %s (hard limit %s) for "
-                 "the %d this node may use (%s)", soft, new, hard_s, need, what)
-    else:
-        log.warning("open files limit %d (hard limit %s%s) is below the %d this node may use "
-                    "(%s): connections beyond it are refused and a shard whose segment roll "
-                    "cannot open its file fails and reloads; raise the limit (ulimit -n) or "
-                    "lower --max-connections", new, hard_s,
-                    "; soft limit raised from %d" % soft if new != soft else "", need, what)
-    return max_connections
-
-
-def _connections_from_limit(resource, segments: int, shards: int) -> int:
-    """The default --max-connections: the soft RLIMIT_NOFILE raised to the hard limit, less
-    the descriptors the logs need, capped. One log line says what was chosen."""
-    inf = resource.RLIM_INFINITY
-    reserved = segments + 2 * shards + FD_MARGIN
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = MAX_CONNECTIONS_CAP + reserved
-    if soft != inf and soft < want and soft != hard:
-        for target in ([hard] if hard != inf else []) + [want]:
-            if hard != inf and target > hard:
-                continue
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                break
-            except (ValueError, OSError):   # e.g. the hard limit is above fs.nr_open
-                continue
-    new = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    conns = MAX_CONNECTIONS_CAP if new == inf else max(1, min(MAX_CONNECTIONS_CAP,
-                                                              new - reserved))
-    how = ("max connections %d: the open files limit %s%s less %d for the logs (%d segment "
-           "files + %d shards x 2 + %d)" % (conns, "unlimited" if new == inf else new,
-                                            " (raised from %d)" % soft if new != soft else "",
-                                            reserved, segments, shards, FD_MARGIN))
-    if conns < 1024:
-        log.warning("%s: few; raise the open files limit (ulimit -n) or give "
-                    "--max-connections", how)
-    else:
-        log.info("%s", how)
-    return conns
-
-
-def check_data_dir(path: str) -> None:
-    """Create the data directory if missing and prove it writable (a probe file), so that a
-    path that is a file, a parent we may not write, or a read-only directory is one line at
-    startup (StartupError) rather than a traceback from the first write."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise StartupError("data directory %s exists but is not a directory" % path)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise StartupError("cannot create data directory %s: %s" % (path, _os_error(e))) \
-            from None
-    probe = os.path.join(path, ".groupcoord-write-probe-%d" % os.getpid())
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-        os.unlink(probe)
-    except OSError as e:
-        raise StartupError("data directory %s is not writable: %s" % (path, _os_error(e))) \
-            from None
-
-
-def _os_error(e: OSError) -> str:
-    """'Permission denied: /a/b' from an OSError (its str() repeats the errno)."""
-    what = e.strerror or str(e)
-    return "%s: %s" % (what, e.filename) if e.filename else what
+    resolve_store(args)
 
 
 def _loop_factory(name: str):
@@ -348,6 +275,7 @@ def run(args) -> int:
         return 2
     factory = _loop_factory(args.loop)
     try:
+        check_cluster_args(args)
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(args, given))
     except (StartupError, CatalogError) as e:
@@ -357,7 +285,7 @@ def run(args) -> int:
         # An I/O failure no check above foresaw (a shard directory we may not write, a full
         # disk while saving the catalog): one line; the traceback at --log-level DEBUG.
         log.debug("startup failed", exc_info=True)
-        print("groupcoord serve: error: %s" % _os_error(e), file=sys.stderr, flush=True)
+        print("groupcoord serve: error: %s" % os_error(e), file=sys.stderr, flush=True)
         return 1
 
 
@@ -367,6 +295,112 @@ async def _serve(args, given) -> int:
         from groupcoord.runtime.shards import ShardLoadError
     except ImportError as e:   # pragma: no cover - the runtime is part of the package
         raise StartupError("the coordinator runtime is not available: %s" % e) from None
+    stop = _stop_event()
+    if args.store_kind == "postgresql":
+        return await _serve_cluster(args, given, stop)
+
+    check_data_dir(args.data_dir)
+    max_connections = check_open_files_limit(args.max_connections, args.shards, args.data_dir)
+    store, catalog, limits = _load_catalog(args, args.data_dir, given)
+    shards = ShardSet(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
+                                    fsync=args.fsync, shard_config=args.shard_config),
+                      topics=catalog)
+    try:
+        await shards.start()
+    except ShardLoadError as e:
+        raise StartupError(str(e)) from None
+    # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
+    # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
+    loaded = args.shards - len(shards.failed_shards())
+    server = Server(_server_config(args, max_connections, limits, args.data_dir), shards,
+                    store=store)
+    host, port = await _listen(server, shards, args)
+    if not stop.is_set():
+        _print_listening(host, port, loaded, args.data_dir)
+        await stop.wait()
+    log.info("shutting down")
+    await server.shutdown()
+    return 0
+
+
+async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
+    # The ClusterNode and the PostgreSQL store of the runtime (docs/cluster.md).
+    from groupcoord.cluster.node import ClusterNode
+    from groupcoord.runtime import RuntimeConfig, ShardSet
+    from groupcoord.runtime.stores import PgStore
+    where = redact(args.dsn)
+    check_data_dir(args.catalog_dir, "catalog directory")
+    max_connections = check_open_files_limit(args.max_connections, args.shards,
+                                             args.catalog_dir)
+    store, catalog, limits = _load_catalog(args, args.catalog_dir, given)
+    log.info("cluster mode: node %d, store %s, %d shards, lease %d ms", args.node_id, where,
+             args.shards, args.lease_ms)
+
+    async def pause(seconds: float) -> None:
+        # A signal while waiting for the store stops the node now, not after the retries.
+        try:
+            await asyncio.wait_for(stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+        if stop.is_set():
+            raise _Stopped
+
+    try:
+        pool, cluster_id = await open_store(args.dsn, args.shards, sleep=pause)
+    except _Stopped:
+        log.info("stopped while waiting for the store")
+        return 0
+    try:
+        view = ClusterView(args.node_id, args.shards)
+        shards = ShardSet(RuntimeConfig(data_dir=args.catalog_dir, shards=args.shards,
+                                        fsync=args.fsync, shard_config=args.shard_config),
+                          topics=catalog, store=PgStore(pool, args.node_id),
+                          on_fenced=view.fenced)
+        await shards.start(shards=[])       # the ClusterNode loads the shards it acquires
+        server = Server(_server_config(args, max_connections, limits, args.catalog_dir,
+                                       cluster_id=cluster_id),
+                        shards, store=store, cluster=view)
+        host, port = await _listen(server, shards, args)
+        # Registered with what clients are told (the advertised host, the bound port): the
+        # other nodes list this one in Metadata and FindCoordinator from that row.
+        node = ClusterNode(pool, shards, node_id=args.node_id, host=server.node.host,
+                           port=port, lease_ms=args.lease_ms, shard_count=args.shards)
+        view.node = node
+        try:
+            await node.start()
+        except Exception as e:
+            log.debug("cluster node start failed", exc_info=True)
+            view.node = None
+            await server.shutdown()
+            raise StartupError("node %d could not join the cluster of %s: %s"
+                               % (args.node_id, where, first_line(e))) from None
+        if not stop.is_set():
+            loaded = sum(1 for i in range(args.shards) if shards.loaded(i))
+            _print_listening(host, port, loaded, where)
+            await stop.wait()
+        log.info("shutting down: handing this node's shards over")
+        try:
+            # Unload and release every owned shard first, so that other nodes take them
+            # at once rather than after the lease; requests meanwhile get NOT_COORDINATOR.
+            await node.close()
+        except Exception:
+            log.exception("handing the shards over failed; they move when their leases "
+                          "expire")
+        await server.shutdown()
+        return 0
+    finally:
+        try:
+            await asyncio.wait_for(pool.close(), STORE_CONNECT_TIMEOUT_S)
+        except Exception:                   # a store gone away: drop the connections
+            pool.terminate()
+
+
+class _Stopped(Exception):
+    """SIGTERM/SIGINT before the node started."""
+
+
+def _stop_event() -> asyncio.Event:
+    """Set by SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -374,10 +408,14 @@ async def _serve(args, given) -> int:
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):   # pragma: no cover - not on Windows
             pass
+    return stop
 
-    check_data_dir(args.data_dir)
-    max_connections = check_open_files_limit(args.max_connections, args.shards, args.data_dir)
-    store = CatalogStore(args.data_dir)
+
+def _load_catalog(args, directory: str, given) -> tuple:
+    """Merge the topics given into the catalog stored in directory -> (CatalogStore,
+    catalog, CatalogLimits); CatalogError for a partition decrease or a catalog over the
+    limits."""
+    store = CatalogStore(directory)
     catalog, changed = merge_topics(store.load(), given, store.given)
     given_now = {s.name: s.partitions for s in given}
     limits = CatalogLimits(allow_create_topics=args.allow_create_topics,
@@ -391,36 +429,31 @@ async def _serve(args, given) -> int:
     log.info("topic catalog: %d topic(s)%s", len(catalog),
              "" if not len(catalog) else ": " + ", ".join(
                  "%s (%d)" % (t.name, t.partitions) for t in catalog))
+    return store, catalog, limits
 
-    shards = ShardSet(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
-                                    fsync=args.fsync, shard_config=args.shard_config),
-                      topics=catalog)
-    try:
-        await shards.start()
-    except ShardLoadError as e:
-        raise StartupError(str(e)) from None
-    # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
-    # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
-    loaded = args.shards - len(shards.failed_shards())
-    server = Server(ServerConfig(
+
+def _server_config(args, max_connections: int, limits, data_dir: str,
+                   cluster_id: Optional[str] = None) -> ServerConfig:
+    return ServerConfig(
         host=args.host, port=args.port, advertised_host=args.advertised_host,
-        data_dir=args.data_dir, max_frame_bytes=args.max_frame_bytes,
+        data_dir=data_dir, max_frame_bytes=args.max_frame_bytes,
         max_connections=max_connections,
         connections_max_idle_ms=args.connections_max_idle_ms,
         queued_max_request_bytes=args.queued_max_request_bytes,
         max_queued_response_bytes=args.max_queued_response_bytes,
-        catalog_limits=limits), shards, store=store)
+        catalog_limits=limits, cluster_id=cluster_id)
+
+
+async def _listen(server: Server, shards, args) -> tuple:
     try:
-        host, port = await server.start()
+        return await server.start()
     except OSError as e:
         await shards.close()
         raise StartupError("cannot listen on %s:%s: %s" % (args.host, args.port,
                                                            e.strerror or e)) from None
-    if not stop.is_set():
-        sys.stdout.write("groupcoord: listening on %s:%d (%d shards loaded from %s)\n"
-                         % (host, port, loaded, args.data_dir))
-        sys.stdout.flush()
-        await stop.wait()
-    log.info("shutting down")
-    await server.shutdown()
-    return 0
+
+
+def _print_listening(host: str, port: int, loaded: int, where: str) -> None:
+    sys.stdout.write("groupcoord: listening on %s:%d (%d shards loaded from %s)\n"
+                     % (host, port, loaded, where))
+    sys.stdout.flush()

@@ -2,10 +2,21 @@
 
 Real clients need a broker around the coordinator: they negotiate versions (ApiVersions),
 bootstrap (Metadata), look up their coordinator (FindCoordinator), and idle consumers keep
-asking for offsets and records (ListOffsets, Fetch) and probe Produce. groupcoord is a single
-node that stores no data, so every answer here is a pure function of (request, version,
-NodeState): node 0 is the only broker, the controller and the coordinator of every group;
-every catalog topic's partitions are led by node 0 and are empty (offset 0, no records).
+asking for offsets and records (ListOffsets, Fetch) and probe Produce. groupcoord stores no
+data, so every answer here is a pure function of (request, version, NodeState).
+
+A single node (a file store, ``NodeState.cluster`` None): node 0 is the only broker, the
+controller and the coordinator of every group; every catalog topic's partitions are led by
+node 0 and are empty (offset 0, no records).
+
+Cluster mode (a PostgreSQL store): ``NodeState.cluster`` is the node's view of the cluster
+(cluster/node.py ClusterNode, read through main.py's ClusterView): ``node_id``,
+``shard_count``, ``brokers()`` -> [(node_id, host, port)] of the live nodes sorted by id,
+``owner(shard)`` -> the owning node id or None while the shard moves, ``controller_id()``.
+Metadata and DescribeCluster list those brokers; the controller (the lowest live id) leads
+every partition, so every node gives the same answer; FindCoordinator names the owner of the
+group's shard, or COORDINATOR_NOT_AVAILABLE (retriable) while it has none or its owner is
+not live.
 
 The topic catalog's admin APIs (CreateTopics, CreatePartitions, DeleteTopics) are planned in
 topic_admin.py, as pure as these.
@@ -25,6 +36,7 @@ from groupcoord.protocol.api_keys import (API_VERSIONS, CREATE_PARTITIONS, CREAT
                                           DELETE_TOPICS, DESCRIBE_CLUSTER, FETCH,
                                           FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE)
 from groupcoord.protocol.error_codes import ErrorCode as E
+from groupcoord.runtime.shards import shard_for
 
 __all__ = ["NodeState", "NODE_APIS", "api_versions", "api_versions_unsupported", "metadata",
            "find_coordinator", "list_offsets", "fetch", "produce", "top_level_error_response",
@@ -50,15 +62,17 @@ NO_DATA_MESSAGE = "groupcoord is a group coordinator: it stores no messages"
 
 class NodeState:
     """What the node APIs read: this node's advertised address, the cluster id, the current
-    topic catalog (a callable, so it always reflects CreateTopics) and the API ranges to
-    advertise."""
-    __slots__ = ("host", "port", "cluster_id", "_topics", "api_ranges", "_api_versions_body")
+    topic catalog (a callable, so it always reflects CreateTopics), the API ranges to
+    advertise, and the cluster view (None: a single node; see the module docstring)."""
+    __slots__ = ("host", "port", "cluster_id", "_topics", "api_ranges", "_api_versions_body",
+                 "cluster")
 
     def __init__(self, host: str, port: int, cluster_id: str,
-                 topics: Callable[[], TopicCatalog], api_ranges: dict):
+                 topics: Callable[[], TopicCatalog], api_ranges: dict, cluster=None):
         self.host = host
         self.port = port
         self.cluster_id = cluster_id
+        self.cluster = cluster
         self._topics = topics
         self.api_ranges = dict(sorted(api_ranges.items()))
         self._api_versions_body = [m.ApiVersionsResponseApiVersion(k, lo, hi)
@@ -70,6 +84,28 @@ class NodeState:
 
     def advertised(self):
         return self._api_versions_body
+
+    def brokers(self) -> list:
+        return _brokers(self)
+
+    def controller_id(self) -> int:
+        return _controller_id(self)
+
+
+# metadata() also runs over metadata_cache.py's _NodeView (host, port, cluster_id, topics):
+# an object without a cluster view is a single node (the cache serves file mode only).
+def _brokers(node) -> list:
+    """[(node_id, host, port)] sorted by id: this node alone, or the cluster's live nodes
+    (never empty: a view that has read none yet lists this node)."""
+    c = getattr(node, "cluster", None)
+    if c is None:
+        return [(NODE_ID, node.host, node.port)]
+    return list(c.brokers()) or [(c.node_id, node.host, node.port)]
+
+
+def _controller_id(node) -> int:
+    c = getattr(node, "cluster", None)
+    return NODE_ID if c is None else c.controller_id()
 
 
 # ---------------------------------------------------------------------- ApiVersions
@@ -85,16 +121,16 @@ def api_versions_unsupported(node: NodeState):
 
 
 # ---------------------------------------------------------------------- Metadata
-def _partitions(t: Topic) -> list:
-    return [m.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=NODE_ID,
-                                        leader_epoch=LEADER_EPOCH, replica_nodes=[NODE_ID],
-                                        isr_nodes=[NODE_ID], offline_replicas=[])
+def _partitions(t: Topic, leader: int) -> list:
+    return [m.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=leader,
+                                        leader_epoch=LEADER_EPOCH, replica_nodes=[leader],
+                                        isr_nodes=[leader], offline_replicas=[])
             for p in range(t.partitions)]
 
 
-def _meta_topic(t: Topic, auth_ops: int):
+def _meta_topic(t: Topic, auth_ops: int, leader: int = NODE_ID):
     return m.MetadataResponseTopic(error_code=0, name=t.name, topic_id=t.topic_id,
-                                   is_internal=False, partitions=_partitions(t),
+                                   is_internal=False, partitions=_partitions(t, leader),
                                    topic_authorized_operations=auth_ops)
 
 
@@ -102,10 +138,13 @@ def metadata(req, version: int, node: NodeState):
     cat = node.topics
     auth = _TOPIC_OPS if (version >= 8 and req.include_topic_authorized_operations) \
         else UNKNOWN_AUTH_OPS
+    # Every partition is empty and any node answers Fetch and ListOffsets alike; the
+    # controller leads them all so that every node's answer names the same leader.
+    controller = _controller_id(node)
     want = req.topics
     if want is None or (version == 0 and not want):
         # null (v1+) or, in v0, an empty list: every topic. Never auto-created.
-        topics = [_meta_topic(t, auth) for t in cat]
+        topics = [_meta_topic(t, auth, controller) for t in cat]
     else:
         topics = []
         seen = set()
@@ -118,7 +157,7 @@ def metadata(req, version: int, node: NodeState):
             seen.add(key)
             t = cat.by_id.get(rt.topic_id) if by_id else cat.by_name.get(rt.name)
             if t is not None:
-                topics.append(_meta_topic(t, auth))
+                topics.append(_meta_topic(t, auth, controller))
             elif by_id:
                 topics.append(m.MetadataResponseTopic(
                     error_code=int(E.UNKNOWN_TOPIC_ID), name=None if version >= 12 else "",
@@ -131,9 +170,9 @@ def metadata(req, version: int, node: NodeState):
                                    req.include_cluster_authorized_operations) \
         else UNKNOWN_AUTH_OPS
     return m.MetadataResponse(
-        brokers=[m.MetadataResponseBroker(node_id=NODE_ID, host=node.host, port=node.port,
-                                          rack=None)],
-        cluster_id=node.cluster_id, controller_id=NODE_ID, topics=topics,
+        brokers=[m.MetadataResponseBroker(node_id=i, host=h, port=p, rack=None)
+                 for i, h, p in _brokers(node)],
+        cluster_id=node.cluster_id, controller_id=controller, topics=topics,
         cluster_authorized_operations=cluster_ops, error_code=0)
 
 
@@ -142,9 +181,10 @@ BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2      # KIP-919 EndpointType
 
 
 def describe_cluster(req, version: int, node: NodeState):
-    """As a Kafka broker answers (AuthHelper.computeDescribeClusterResponse): this node is
-    the only broker and the controller; cluster authorized operations are every cluster
-    operation when asked (no authorizer, as Kafka without one), else Int.MinValue. This is
+    """As a Kafka broker answers (AuthHelper.computeDescribeClusterResponse): the brokers
+    and controller Metadata names (a single node: this one); cluster authorized operations
+    are every cluster operation when asked (no authorizer, as Kafka without one), else
+    Int.MinValue. This is
     a broker endpoint: EndpointType 2 (controllers) gets MISMATCHED_ENDPOINT_TYPE, an
     unknown type UNSUPPORTED_ENDPOINT_TYPE (v1+; v0 cannot name a type: brokers)."""
     et = req.endpoint_type if version >= 1 else BROKER_ENDPOINTS
@@ -159,9 +199,10 @@ def describe_cluster(req, version: int, node: NodeState):
     ops = _CLUSTER_OPS if req.include_cluster_authorized_operations else UNKNOWN_AUTH_OPS
     return m.DescribeClusterResponse(
         error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
-        cluster_id=node.cluster_id, controller_id=NODE_ID,
+        cluster_id=node.cluster_id, controller_id=_controller_id(node),
         brokers=[m.DescribeClusterResponseDescribeClusterBroker(
-            broker_id=NODE_ID, host=node.host, port=node.port, rack=None, is_fenced=False)],
+            broker_id=i, host=h, port=p, rack=None, is_fenced=False)
+            for i, h, p in _brokers(node)],
         cluster_authorized_operations=ops)
 
 
@@ -179,24 +220,46 @@ def _key_error(key_type: int) -> tuple:
                                % what)
 
 
+def _group_coordinator(key: str, node: NodeState) -> tuple:
+    """-> (error code, message, node id, host, port) of the coordinator of group ``key``."""
+    c = node.cluster
+    if c is None:
+        return 0, None, NODE_ID, node.host, node.port
+    shard = shard_for(key, c.shard_count)
+    owner = c.owner(shard)
+    if owner is not None:
+        for i, h, p in _brokers(node):
+            if i == owner:
+                return 0, None, i, h, p
+    # No owner (released, expired, being acquired) or an owner that is no longer live (its
+    # lease runs out before another node may take the shard): Kafka's answer while a
+    # coordinator moves; clients retry FindCoordinator.
+    why = ("no node owns shard %d now" % shard if owner is None else
+           "shard %d's owner, node %d, is not live" % (shard, owner))
+    return int(E.COORDINATOR_NOT_AVAILABLE), "the group's coordinator is moving: " + why, \
+        -1, "", -1
+
+
 def find_coordinator(req, version: int, node: NodeState):
     key_type = req.key_type if version >= 1 else GROUP_KEY_TYPE
     if version >= 4:
         out = []
         for key in req.coordinator_keys:
             if key_type == GROUP_KEY_TYPE:
-                out.append(m.FindCoordinatorResponseCoordinator(
-                    key=key, node_id=NODE_ID, host=node.host, port=node.port, error_code=0,
-                    error_message=None))
+                code, msg, nid, host, port = _group_coordinator(key, node)
             else:
                 code, msg = _key_error(key_type)
-                out.append(m.FindCoordinatorResponseCoordinator(
-                    key=key, node_id=-1, host="", port=-1, error_code=int(code),
-                    error_message=msg))
+                code, nid, host, port = int(code), -1, "", -1
+            out.append(m.FindCoordinatorResponseCoordinator(
+                key=key, node_id=nid, host=host, port=port, error_code=code,
+                error_message=msg))
         return m.FindCoordinatorResponse(coordinators=out)
     if key_type == GROUP_KEY_TYPE:
-        return m.FindCoordinatorResponse(error_code=0, error_message=None, node_id=NODE_ID,
-                                         host=node.host, port=node.port)
+        code, msg, nid, host, port = _group_coordinator(req.key, node)
+        return m.FindCoordinatorResponse(error_code=code,
+                                         error_message=msg if version >= 1 else None,
+                                         node_id=nid,
+                                         host=host, port=port)
     code, msg = _key_error(key_type)
     return m.FindCoordinatorResponse(error_code=int(code), error_message=msg, node_id=-1,
                                      host="", port=-1)

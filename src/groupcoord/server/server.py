@@ -8,6 +8,8 @@
 This is the only layer with sockets and the event loop (uvloop by default, see cli.py).
 ``shards`` is the node's shards: anything with the interface of the runtime's ShardSet
 (start/serves/submit_nowait/topics/set_topics/close); the server never looks inside it.
+``cluster`` (cluster mode) is the node's view of the cluster that Metadata, DescribeCluster
+and FindCoordinator answer from (node.py); None for a single node.
 
 Shutdown order (SIGTERM/SIGINT in ``groupcoord serve``):
   1. stop accepting and stop reading requests on every connection;
@@ -25,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
+from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, get_codec, supported_versions
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
@@ -60,11 +62,27 @@ class ServerConfig:
     catalog_limits: CatalogLimits = CatalogLimits()     # CreateTopics: off by default
 
 
+class UncachedMetadata:
+    """Metadata answers encoded per request (MetadataCache's ``answer`` interface), for
+    cluster mode: the cache keeps the brokers part of an answer for good, and in a cluster
+    the live brokers change."""
+    __slots__ = ("node",)
+
+    def __init__(self, node: N.NodeState):
+        self.node = node
+
+    def answer(self, req, version: int) -> tuple:
+        return (get_codec(N.METADATA, version).encode_response(
+            N.metadata(req, version, self.node)),)
+
+
 class Server:
-    def __init__(self, config: ServerConfig, shards, store: Optional[CatalogStore] = None):
+    def __init__(self, config: ServerConfig, shards, store: Optional[CatalogStore] = None,
+                 cluster=None):
         self.config = config
         self.shards = shards
         self.store = store
+        self.cluster = cluster
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.node: Optional[N.NodeState] = None
         self.request_pool: Optional[RequestBytesPool] = None   # queued.max.request.bytes
@@ -92,8 +110,9 @@ class Server:
         ranges = N.node_api_ranges(supported_versions(), self.shards.serves)
         shards = self.shards
         self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
-                                lambda: shards.topics, ranges)
-        self.metadata_cache = MetadataCache(self.node, self.loop)
+                                lambda: shards.topics, ranges, cluster=self.cluster)
+        self.metadata_cache = MetadataCache(self.node, self.loop) if self.cluster is None \
+            else UncachedMetadata(self.node)
         self._srv = await self.loop.create_server(
             lambda: ServerConnection(self), cfg.host, cfg.port, backlog=cfg.backlog,
             reuse_address=True)
