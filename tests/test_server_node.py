@@ -376,9 +376,25 @@ def test_file_mode_has_no_cluster_view():
 
 
 @pytest.mark.parametrize("v", [0, 1, 9, 12, 13])
-def test_cluster_metadata_uncached_is_node_metadata_encoded(v):
-    from groupcoord.server.metadata_cache import response_frame
-    from groupcoord.server.server import UncachedMetadata
-    req = M.MetadataRequest(topics=[] if v == 0 else None)
-    frame = b"".join(response_frame(UncachedMetadata(CNODE).answer(req, v), v, 5))
-    assert frame == bytes(P.encode_response_frame(N.metadata(req, v, CNODE), v, 5))
+def test_cluster_metadata_from_the_cache_follows_the_live_brokers(v):
+    # The cache cuts answers from node.metadata's: in cluster mode every piece (brokers,
+    # controller, every partition's leader) must be of the brokers live now, also after a
+    # node joined or the controller moved.
+    import asyncio
+    from groupcoord.server.metadata_cache import MetadataCache, response_frame
+    view = FakeView(2, list(LIVE), OWNERS, controller=1)
+    node = N.NodeState("n2.example", 9102, "cluster-xyz", lambda: CAT, RANGES, cluster=view)
+    loop = asyncio.new_event_loop()
+    try:
+        cache = MetadataCache(node, loop)
+        req = M.MetadataRequest(topics=[] if v == 0 else None)
+        for brokers, controller in ((list(LIVE), 1),
+                                    (LIVE + [(5, "n5.example", 9105)], 1),
+                                    (LIVE[1:], 2)):
+            view._brokers, view._controller = brokers, controller
+            got = cache.answer(req, v)
+            assert not isinstance(got, asyncio.Future)       # a small catalog: inline
+            frame = b"".join(response_frame(got, v, 5))
+            assert frame == bytes(P.encode_response_frame(N.metadata(req, v, node), v, 5))
+    finally:
+        loop.close()

@@ -92,12 +92,29 @@ def response_frame(body: tuple, version: int, correlation_id: int) -> tuple:
 
 
 class _NodeView:
-    """What ``node.metadata`` reads, over a given catalog."""
-    __slots__ = ("host", "port", "cluster_id", "topics")
+    """What ``node.metadata`` reads, over a given catalog (and, in cluster mode, the brokers
+    and controller frozen as the cache saw them: ``_Brokers``)."""
+    __slots__ = ("host", "port", "cluster_id", "topics", "cluster")
 
-    def __init__(self, node, topics: TopicCatalog):
+    def __init__(self, node, topics: TopicCatalog, cluster=None):
         self.host, self.port, self.cluster_id = node.host, node.port, node.cluster_id
         self.topics = topics
+        self.cluster = cluster
+
+
+class _Brokers:
+    """A cluster view frozen at one (brokers, controller): every cached piece of one answer
+    is cut from answers encoded with the same brokers and leader."""
+    __slots__ = ("node_id", "_brokers", "_controller")
+
+    def __init__(self, node_id: int, brokers: tuple, controller: int):
+        self.node_id, self._brokers, self._controller = node_id, brokers, controller
+
+    def brokers(self):
+        return self._brokers
+
+    def controller_id(self) -> int:
+        return self._controller
 
 
 class _Entries:
@@ -146,6 +163,7 @@ class MetadataCache:
         self._builds: deque = deque()    # blob builds waiting for their turn (one runs)
         self._build_running = False
         self._scheduled = False
+        self._view = None                # cluster mode: the _Brokers the cache was cut for
 
     # ------------------------------------------------------------------ public
     def answer(self, req, version: int):
@@ -178,6 +196,16 @@ class MetadataCache:
 
     # ------------------------------------------------------------------ pieces
     def _catalog(self) -> _Catalog:
+        c = getattr(self.node, "cluster", None)
+        if c is not None:
+            # Cluster mode: the brokers (head) and the leader of every partition (entries)
+            # follow the live nodes; a change of either starts the cache over.
+            brokers, controller = tuple(c.brokers()), c.controller_id()
+            v = self._view
+            if v is None or v.brokers() != brokers or v.controller_id() != controller:
+                self._view = _Brokers(c.node_id, brokers, controller)
+                self._cat = None
+                self._head_tails = {}
         cat = self.node.topics
         cv = self._cat
         if cv is None or cv.catalog is not cat:
@@ -192,10 +220,10 @@ class MetadataCache:
         if ht is None:
             codec = get_codec(N.METADATA, version)
             req = _all_request(False, cluster)
-            e0 = codec.encode_response(N.metadata(req, version,
-                                                  _NodeView(self.node, TopicCatalog())))
+            e0 = codec.encode_response(N.metadata(
+                req, version, _NodeView(self.node, TopicCatalog(), self._view)))
             e1 = codec.encode_response(N.metadata(req, version, _NodeView(
-                self.node, TopicCatalog([Topic("t", b"\x01" * 16, 0)]))))
+                self.node, TopicCatalog([Topic("t", b"\x01" * 16, 0)]), self._view)))
             flexible = _flexible(version)
             # e0 = head|count(0)|tail, e1 = head|count(1)|entry|tail: the counts first
             # differ in their last byte (int32 0/1) or only byte (uvarint 1/2).
@@ -210,7 +238,7 @@ class MetadataCache:
     def _codec_entry(self, t: Topic, version: int, auth: bool) -> bytes:
         head, tail = self._head_tail(version, False)
         e = get_codec(N.METADATA, version).encode_response(N.metadata(
-            _all_request(auth), version, _NodeView(self.node, TopicCatalog([t]))))
+            _all_request(auth), version, _NodeView(self.node, TopicCatalog([t]), self._view)))
         return e[len(head) + len(_count(1, _flexible(version))):len(e) - len(tail)]
 
     def _unknown_entries(self, run: list, version: int, auth: bool) -> bytes:
@@ -218,7 +246,7 @@ class MetadataCache:
         head, tail = self._head_tail(version, False)
         req = m.MetadataRequest(topics=run, include_topic_authorized_operations=auth)
         e = get_codec(N.METADATA, version).encode_response(
-            N.metadata(req, version, _NodeView(self.node, TopicCatalog())))
+            N.metadata(req, version, _NodeView(self.node, TopicCatalog(), self._view)))
         return e[len(head) + len(_count(len(run), _flexible(version))):len(e) - len(tail)]
 
     def _template(self, t: Topic, version: int, auth: bool) -> tuple:

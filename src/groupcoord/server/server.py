@@ -27,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
-from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, get_codec, supported_versions
+from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
 from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
@@ -60,20 +60,6 @@ class ServerConfig:
     backlog: int = 1024
     cluster_id: Optional[str] = None        # overrides the stored one (tests)
     catalog_limits: CatalogLimits = CatalogLimits()     # CreateTopics: off by default
-
-
-class UncachedMetadata:
-    """Metadata answers encoded per request (MetadataCache's ``answer`` interface), for
-    cluster mode: the cache keeps the brokers part of an answer for good, and in a cluster
-    the live brokers change."""
-    __slots__ = ("node",)
-
-    def __init__(self, node: N.NodeState):
-        self.node = node
-
-    def answer(self, req, version: int) -> tuple:
-        return (get_codec(N.METADATA, version).encode_response(
-            N.metadata(req, version, self.node)),)
 
 
 class Server:
@@ -111,8 +97,9 @@ class Server:
         shards = self.shards
         self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
                                 lambda: shards.topics, ranges, cluster=self.cluster)
-        self.metadata_cache = MetadataCache(self.node, self.loop) if self.cluster is None \
-            else UncachedMetadata(self.node)
+        # Cluster mode too: the cache starts over when the live brokers or the controller
+        # change (metadata_cache.MetadataCache._catalog).
+        self.metadata_cache = MetadataCache(self.node, self.loop)
         self._srv = await self.loop.create_server(
             lambda: ServerConnection(self), cfg.host, cfg.port, backlog=cfg.backlog,
             reuse_address=True)
