@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tests.simulation.faults import KINDS
+from tests.simulation.faults import CLUSTER_KINDS, KINDS
 from tests.simulation.mutations import MUTATIONS
 from tests.simulation.runner import HASH_SEED, Options, run_seed
 
@@ -31,7 +31,7 @@ def _opts(a) -> Options:
     return Options(duration_s=a.duration, liveness=a.liveness, bound_s=a.bound,
                    kinds=tuple(a.kinds.split(",")) if a.kinds else None,
                    faults=tuple(a.faults.split(",")) if a.faults else None,
-                   mutation=a.mutation, operator=a.operator)
+                   mutation=a.mutation, operator=a.operator, cluster=a.cluster)
 
 
 def _one(args):
@@ -74,7 +74,11 @@ def main(argv=None) -> int:
     p.add_argument("--bound", type=float, default=90.0,
                    help="liveness: virtual seconds allowed to converge (default 90)")
     p.add_argument("--kinds", help="group kinds to draw from: consumer,connect,classic")
-    p.add_argument("--faults", help="enable exactly these fault kinds (%s)" % ",".join(KINDS))
+    p.add_argument("--faults", help="enable exactly these fault kinds (%s; with --cluster "
+                                    "also %s)" % (",".join(KINDS), ",".join(CLUSTER_KINDS)))
+    p.add_argument("--cluster", type=int, default=0, metavar="N",
+                   help="N coordinator nodes over a simulated PostgreSQL store, shards moving "
+                        "between them by leases (default 0: one node over a simulated disk)")
     p.add_argument("--mutation", choices=sorted(MUTATIONS),
                    help="plant a known bug (tests/simulation/mutations.py) to check the checkers")
     p.add_argument("--operator", action="store_true",

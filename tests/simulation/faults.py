@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["KINDS", "FaultMix", "draw_mix", "FaultInjector"]
+__all__ = ["KINDS", "CLUSTER_KINDS", "FaultMix", "draw_mix", "FaultInjector"]
 
 KINDS = ("member-crash", "member-leave", "static-bounce", "node-crash", "disk-eio",
          "partition", "clock-jump", "config-change")
+# Cluster mode only (cluster.py, which also gives node-crash, disk-eio and clock-jump their
+# cluster meaning): a node stops for longer than its lease (a zombie when it resumes); the
+# store is unreachable for a while.
+CLUSTER_KINDS = ("node-pause", "store-down")
 
 
 class FaultMix:

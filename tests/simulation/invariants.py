@@ -25,6 +25,20 @@ Safety (each raises `InvariantViolation(name, detail)` at once):
                      topic the group's members subscribe to, and is refused NON_EMPTY_GROUP
                      by a connect group with members.
 
+Cluster mode (cluster.py, over the simulated store of store.py), also:
+
+* lease              a node answers for a shard only while the store says it holds the
+                     shard's lease, unexpired by the store's clock, and nobody else was
+                     granted it since the epoch the node loaded at (checked on every request a
+                     node's shard runs).
+* fencing            every write that commits in the store is made by the shard's lease
+                     holder at its current epoch (the store's oracle, at the commit), and no two
+                     writers ever write the same offsets (a unique violation).
+* durability         at every load of a shard by any node: its rows reach at least the highest
+                     offset any node's released answer waited for, and every acknowledged
+                     offset commit is there (that value or a higher one; lower only when the
+                     same member at the same epoch wrote it); at the end, again, from the store.
+
 Liveness (`converged`): in the calm phase every group reaches a valid, balanced target: every
 unit run by exactly one live member, every live member stable at the coordinator's epoch,
 and per-member counts within one of each other.
@@ -37,6 +51,7 @@ from collections import Counter
 from groupcoord.client.members_common import TopicPartition
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
+from groupcoord.runtime.shards import shard_for
 
 from tests.simulation.members import parse_meta
 
@@ -62,6 +77,8 @@ class Checker:
         self.expected: dict = {}      # shard index -> {key: (offset, value)} known durable
         self.offsets: dict = {}       # (group id, topic, partition) -> (offset, metadata)
         self.checks = 0
+        # cluster mode: (group id, topic, partition) -> (offset, metadata) last acknowledged
+        self.acked_commits: dict = {}
 
     def violate(self, name: str, detail: str):
         raise InvariantViolation(name, detail)
@@ -150,6 +167,7 @@ class Checker:
         for (topic, p) in held:
             if (topic, p) not in now:
                 self.offsets.pop((gid, topic, p), None)
+                self.acked_commits.pop((gid, topic, p), None)
 
     def operator_answer(self, spec, req, resp, members: bool) -> None:
         self.checks += 1
@@ -226,6 +244,89 @@ class Checker:
         for (gid, topic, p) in [k for k in self.offsets if k[0] in rt.shard.offsets
                                 or k[0] in rt.shard.groups]:
             self.offsets.pop((gid, topic, p), None)
+        for gid, tps in rt.shard.offsets.items():
+            for (topic, p), v in tps.items():
+                self.offsets[(gid, topic, p)] = (v.offset, v.metadata)
+
+
+    # ---------------------------------------------------------------- cluster mode
+    def on_serve(self, node, index: int, epoch: int) -> None:
+        """A node's shard is about to run a request: the node must hold the lease."""
+        self.checks += 1
+        store = self.sim.node.store
+        if not store.holds(node.node_id, index, epoch):
+            owner, e, expires = store.rows[index]
+            self.violate("lease", "node %d serves shard %d at epoch %d, but the store's lease "
+                         "is %s at epoch %d%s (grants %s)" % (
+                             node.node_id, index, epoch,
+                             "nobody's" if owner is None else "node %d's" % owner, e,
+                             "" if expires is None or expires > store.now_us
+                             else ", expired %d ms ago" % ((store.now_us - expires) // 1000),
+                             sorted(store.grants[index].items())[-4:]))
+
+    def on_store_write(self, node_id: int, shard: int, epoch: int, what: str) -> None:
+        """A write commits in the store: the writer must hold the shard at that epoch."""
+        self.checks += 1
+        owner, e, _x = self.sim.node.store.rows[shard]
+        if owner != node_id or e != epoch:
+            self.violate("fencing", "node %d committed a write (%s) to shard %d at epoch %d "
+                         "while the store's lease is %s at epoch %d"
+                         % (node_id, what, shard, epoch,
+                            "nobody's" if owner is None else "node %d's" % owner, e))
+
+    def on_store_conflict(self, node_id: int, shard: int, base: int) -> None:
+        self.violate("fencing", "node %d wrote shard %d at offset %d, which another write "
+                     "already holds (two writers)" % (node_id, shard, base))
+
+    def note_commit_ack(self, gid: str, req, resp) -> None:
+        """An OffsetCommit's answer was released: what it acknowledged must survive."""
+        if not isinstance(req, m.OffsetCommitRequest):
+            return
+        ok = {(t.name, p.partition_index) for t in resp.topics or () for p in t.partitions
+              if p.error_code == 0}
+        for t in req.topics or ():
+            for p in t.partitions:
+                if (t.name, p.partition_index) in ok:
+                    self.acked_commits[(gid, t.name, p.partition_index)] = (
+                        p.committed_offset, p.committed_metadata)
+
+    def check_acked(self, index: int, shard, shards: int, where: str) -> None:
+        """Every acknowledged commit of the groups on shard `index` is in `shard`'s state."""
+        for (gid, topic, p), (off, meta) in self.acked_commits.items():
+            if shard_for(gid, shards) != index:
+                continue
+            v = (shard.offsets.get(gid) or {}).get((topic, p))
+            if v is None:
+                self.violate("durability", "%s: shard %d lost group %s's acknowledged commit "
+                             "of %s-%d at %d" % (where, index, gid, topic, p, off))
+            if v.offset < off and (parse_meta(v.metadata) is None
+                                   or parse_meta(v.metadata) != parse_meta(meta)):
+                self.violate("durability", "%s: shard %d has group %s's %s-%d at %d (%s), "
+                             "below the acknowledged %d (%s)" % (where, index, gid, topic, p,
+                                                                 v.offset, v.metadata, off,
+                                                                 meta))
+
+    def on_cluster_loaded(self, rt, node) -> None:
+        """A node loaded a shard from the store (a takeover, a hand-off, a reload)."""
+        i, lg = rt.index, rt.log
+        if not self.sim.node.store.holds(node.node_id, i, rt.epoch):
+            # Loaded from a snapshot taken under the lease, which is gone by now (a pause, a
+            # slow store): stale, and never served (the lease check holds that).
+            self.sim.trace("check", "n%d's load of shard %d at epoch %d completed after its "
+                           "lease" % (node.node_id, i, rt.epoch))
+            return
+        self.checks += 1
+        acked = self.acked.get(i, 0)
+        if lg.next_offset < acked:
+            self.violate("durability", "node %d loaded shard %d at epoch %d: answers were "
+                         "released for writes up to offset %d, but its rows end at %d"
+                         % (node.node_id, i, rt.epoch, acked, lg.next_offset))
+        self.check_acked(i, rt.shard, rt.config.shards, "node %d's load at epoch %d"
+                         % (node.node_id, rt.epoch))
+        # Offsets as loaded are the new baseline (an unacknowledged commit may be lost).
+        for k in [k for k in self.offsets if k[0] in rt.shard.offsets
+                  or k[0] in rt.shard.groups]:
+            del self.offsets[k]
         for gid, tps in rt.shard.offsets.items():
             for (topic, p), v in tps.items():
                 self.offsets[(gid, topic, p)] = (v.offset, v.metadata)

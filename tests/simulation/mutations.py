@@ -40,6 +40,13 @@ interleaving; a mutation must still be found within N seeds).
                          of moving to epoch + 1 (Kafka's rule): a late commit it sent before
                          it released partitions passes the epoch check and overwrites the
                          offsets of their new owner.
+    append-without-epoch-check  (cluster mode) the store log's group commit skips the epoch
+                         check (PgShardLog._check_epoch): a node that lost its lease (a zombie
+                         after a pause) still commits writes.
+    serve-after-lease-expiry  (cluster mode) a node keeps serving a shard past its lease
+                         deadline (LeaseMachine.serving ignores it): a zombie answers from the
+                         state it had before another node took the shard over.
+
     stale-join-counted   finding 12: a classic JoinGroup copy sent before the member synced
                          a newer generation (its subscription's generation is older) counts
                          as its rejoin: the generation completes without it and an eager
@@ -52,6 +59,7 @@ import contextlib
 import numpy as np
 
 from groupcoord.assign import classic as client_assign
+from groupcoord.cluster import leases
 from groupcoord.client import members_consumer_state as kst
 from groupcoord.groups.connect import group as connect_group
 from groupcoord.groups.connect import heartbeat as connect
@@ -62,6 +70,7 @@ from groupcoord.groups.modern import reconcile
 from groupcoord.groups.shard import Shard
 from groupcoord.groups.tx import GroupTx
 from groupcoord.runtime.shard_runtime import ShardRuntime
+from groupcoord.storage.pg_log import PgShardLog
 
 __all__ = ["MUTATIONS"]
 
@@ -221,6 +230,18 @@ def stale_join_counted():
     return _patched((classic_handlers, "_stale_join", lambda mb, ptype, protocols: False))
 
 
+def append_without_epoch_check():
+    async def _check_epoch(self, conn):
+        return None                                    # BUG: whoever holds the lease
+    return _patched((PgShardLog, "_check_epoch", _check_epoch))
+
+
+def serve_after_lease_expiry():
+    def serving(self, shard, now):
+        return self._shards[shard].state is leases.State.OWNED     # BUG: deadline ignored
+    return _patched((leases.LeaseMachine, "serving", serving))
+
+
 MUTATIONS = {
     "grant-before-revoke": grant_before_revoke,
     "accept-stale-epoch": accept_stale_epoch,
@@ -235,4 +256,6 @@ MUTATIONS = {
     "kafka-rules-only": kafka_rules_only,
     "revoked-keeps-epoch": revoked_keeps_epoch,
     "stale-join-counted": stale_join_counted,
+    "append-without-epoch-check": append_without_epoch_check,
+    "serve-after-lease-expiry": serve_after_lease_expiry,
 }

@@ -23,6 +23,12 @@ drawn from the seed:
   messages in flight are dropped when they arrive);
 * node crash: every connection is reset (members notice after a short delay).
 
+Cluster mode (cluster.py): each connection goes to one node, the one the member's
+FindCoordinator named (`node.connect(member)`; the single node returns itself); an answer
+NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS makes the member find
+the coordinator again before its next request (`refind`, as Kafka's clients do); a node crash
+resets only that node's connections.
+
 `call(member, request, version, timeout_s)` is what members await: the response, or None
 when the request failed (connection lost, reset, timed out).
 """
@@ -30,7 +36,26 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["Network", "Connection", "NetParams"]
+__all__ = ["Network", "Connection", "NetParams", "error_codes"]
+
+# Answers after which a client finds the coordinator again (cluster mode).
+_REFIND = (14, 15, 16)    # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+
+def error_codes(resp):
+    """Every error code of a response: top level, per group, per partition."""
+    c = getattr(resp, "error_code", None)
+    if c is not None:
+        yield c
+    for g in getattr(resp, "groups", None) or ():
+        c = getattr(g, "error_code", None)
+        if c is not None:
+            yield c
+    for t in getattr(resp, "topics", None) or ():
+        for p in getattr(t, "partitions", None) or ():
+            c = getattr(p, "error_code", None)
+            if c is not None:
+                yield c
 
 
 def _brief(req) -> str:
@@ -65,11 +90,13 @@ class NetParams:
 
 class Connection:
     __slots__ = ("cid", "member", "alive", "ghost", "node_incarnation", "next_seq",
-                 "waiting", "last_arrival_us", "last_resp_us", "responses", "next_resp")
+                 "waiting", "last_arrival_us", "last_resp_us", "responses", "next_resp", "node")
 
-    def __init__(self, cid: int, member, node_incarnation: int, ghost: bool = False):
+    def __init__(self, cid: int, member, node_incarnation: int, ghost: bool = False,
+                 node=None):
         self.cid = cid
         self.member = member
+        self.node = node               # the node this connection reaches
         self.alive = True              # as the member sees it
         self.ghost = ghost             # carries duplicates: nobody reads its answers
         self.node_incarnation = node_incarnation
@@ -92,6 +119,7 @@ class Network:
         self._cids = 0
         self.conns: list = []
         self.frozen = False            # the run is over: nothing reaches the node any more
+        self.refind = False            # cluster mode: re-find the coordinator on its errors
         # counters
         self.sent = 0
         self.lost = 0
@@ -117,9 +145,11 @@ class Network:
             self.cut[n] = max(self.cut.get(n, 0), until)
         self.trace("net", "partition %s for %d ms" % (",".join(sorted(names)), duration_ms))
 
-    def _new_conn(self, member, ghost=False) -> Connection:
+    def _new_conn(self, member, ghost=False, node=None) -> Connection:
         self._cids += 1
-        c = Connection(self._cids, member, self.node.incarnation, ghost)
+        if node is None:
+            node = self.node.connect(member)
+        c = Connection(self._cids, member, node.incarnation, ghost, node)
         if not ghost:
             self.conns.append(c)
         return c
@@ -153,10 +183,14 @@ class Network:
         self._send(conn, seq, request, version)
         timer = self.loop.call_later(timeout_s, self._timeout, conn, seq)
         try:
-            return await fut
+            resp = await fut
         finally:
             timer.cancel()
             conn.waiting.pop(seq, None)
+        if self.refind and resp is not None and member.conn is conn \
+                and any(c in _REFIND for c in error_codes(resp)):
+            member.conn = None          # FindCoordinator again before the next request
+        return resp
 
     def _timeout(self, conn: Connection, seq: int) -> None:
         if seq in conn.waiting:
@@ -166,7 +200,7 @@ class Network:
     def _send(self, conn: Connection, seq: int, request, version: int) -> None:
         p, r, now = self.params, self.rng, self.loop.now_us
         name = conn.member.name
-        node = self.node
+        node = conn.node
         if not node.up:
             self._break(conn, r.randint(1_000, 50_000))     # connection refused / reset
             return
@@ -177,7 +211,7 @@ class Network:
             self._break(conn, r.randint(1_000, 200_000))
             if r.random() < p.ghost_p:
                 self.ghosts += 1
-                g = self._new_conn(conn.member, ghost=True)
+                g = self._new_conn(conn.member, ghost=True, node=node)
                 self._schedule_arrival(g, 0, request, version, now + self._delay_us())
             return
         if p.dup_p and r.random() < p.dup_p:
@@ -185,7 +219,7 @@ class Network:
             # arrives late (see the module docstring).
             self.duplicated += 1
             self._break(conn, r.randint(1_000, 200_000))
-            g = self._new_conn(conn.member, ghost=True)
+            g = self._new_conn(conn.member, ghost=True, node=node)
             self._schedule_arrival(g, 0, request, version,
                                    now + int(r.random() * p.dup_delay_ms * 1000)
                                    + self._delay_us())
@@ -199,7 +233,7 @@ class Network:
 
     # ---------------------------------------------------------------- node side
     def _arrive(self, conn: Connection, seq: int, request, version: int) -> None:
-        node = self.node
+        node = conn.node
         if self.frozen or not node.up or conn.node_incarnation != node.incarnation:
             return                                  # the node that accepted it is gone
         if not conn.ghost and self.is_cut(conn.member.name):
@@ -211,7 +245,7 @@ class Network:
 
     def _respond(self, conn: Connection, seq: int, response) -> None:
         """The node's answer to request seq is ready: send answers in request order."""
-        if conn.ghost or conn.node_incarnation != self.node.incarnation:
+        if conn.ghost or conn.node_incarnation != conn.node.incarnation:
             return
         conn.responses[seq] = response
         while conn.next_resp in conn.responses:
@@ -234,9 +268,11 @@ class Network:
         if fut is not None and not fut.done():
             fut.set_result(response)
 
-    def node_crashed(self) -> None:
+    def node_crashed(self, node=None) -> None:
+        """A node died: its connections (every one in single-node mode) are reset."""
         for c in self.conns:
-            self._break(c, self.rng.randint(1_000, 50_000))
+            if node is None or c.node is node:
+                self._break(c, self.rng.randint(1_000, 50_000))
         self.conns = [c for c in self.conns if c.alive]
 
     def prune(self) -> None:

@@ -69,6 +69,7 @@ class Options(msgspec.Struct, kw_only=True):
     faults: Optional[tuple] = None    # fault kinds to enable (None: swarm draws them)
     mutation: Optional[str] = None    # a planted bug (mutations.py) for checking the checkers
     operator: bool = False            # operator actions: DeleteGroups / OffsetDelete
+    cluster: int = 0                  # > 0: this many nodes over the simulated store (cluster.py)
 
 
 class SeedResult(msgspec.Struct, kw_only=True):
@@ -98,6 +99,8 @@ def replay_command(seed: int, opts: Options) -> str:
         cmd += " --mutation %s" % opts.mutation
     if opts.operator:
         cmd += " --operator"
+    if opts.cluster:
+        cmd += " --cluster %d" % opts.cluster
     return cmd + " --trace"
 
 
@@ -272,6 +275,10 @@ class Node:
         self.sim.net.node_crashed()
         self.shards = []
 
+    def connect(self, member):
+        """FindCoordinator: the one node coordinates every group."""
+        return self
+
     def runtime_for(self, gid: str):
         if not self.up or not self.shards:
             return None
@@ -310,6 +317,8 @@ class Node:
 
 
 class Sim:
+    Injector = FaultInjector          # cluster.ClusterSim: its own node faults
+
     def __init__(self, seed: int, opts: Options):
         self.seed = seed
         self.opts = opts
@@ -341,7 +350,7 @@ class Sim:
             tombstone_retention_ms=rng.choice((0, 5000, 86_400_000)),
             offload_partitions=rng.choice((1, 100_000)), reload_backoff_ms=200,
             shard_config=scfg)
-        self.node = Node(self, self.rcfg, topics, self.mix)
+        self.node = self._make_node(topics)
         self.net.node = self.node
         kinds = opts.kinds or ("consumer", "connect", "classic")
         self.specs: list = []
@@ -358,9 +367,16 @@ class Sim:
                 spec.members.append(x)
                 self.members.append(x)
             self.specs.append(spec)
-        self.injector = FaultInjector(self, self.mix)
+        self.injector = self.Injector(self, self.mix)
         self._tasks: list = []
         self._ids = 0
+
+    def _make_node(self, topics):
+        return Node(self, self.rcfg, topics, self.mix)
+
+    def _node_stats(self) -> dict:
+        node = self.node
+        return dict(disk_crashes=node.disk.crashes, torn=node.disk.torn, eio=node.disk.eio)
 
     # ---------------------------------------------------------------- services
     def trace(self, kind: str, text: str) -> None:
@@ -491,12 +507,10 @@ class Sim:
         self.trace("phase", "calm: faults stop")
         self.net.params = self.net.params.calm()
         self.net.cut.clear()
-        self.node.disk.fail_next = None
+        self._calm_node()
         for s in self.specs:
             s.slow_callback_p = 0.0
             s.slow_assignor_p = 0.0
-        if not self.node.up:
-            self.node.start()
         for x in self.members:
             if not x.alive:
                 self.loop.call_later(self.rng.uniform(0, 0.5), self.restart_member, x, "fresh")
@@ -514,6 +528,12 @@ class Sim:
                                 for s, (ok, w) in zip(self.specs, states) if not ok)
                 self.fail("liveness: not converged within %gs: %s" % (self.opts.bound_s, why))
                 return
+
+    def _calm_node(self) -> None:
+        """The calm phase: no injected I/O error, the node runs."""
+        self.node.disk.fail_next = None
+        if not self.node.up:
+            self.node.start()
 
     async def _final_checks(self) -> None:
         node = self.node
@@ -586,8 +606,7 @@ class Sim:
         stats = dict(self.stats)
         stats.update(faults=dict(self.injector.applied), checks=self.checker.checks,
                      net_lost=self.net.lost, net_dup=self.net.duplicated,
-                     net_timeouts=self.net.timeouts, disk_crashes=self.node.disk.crashes,
-                     torn=self.node.disk.torn, eio=self.node.disk.eio,
+                     net_timeouts=self.net.timeouts, **self._node_stats(),
                      self_fences=sum(x.self_fences for x in self.members),
                      fatal=sum(1 for x in self.members if x.fatal))
         return SeedResult(seed=self.seed, ok=self.failure is None, failure=self.failure or "",
@@ -622,8 +641,12 @@ class Sim:
 def run_seed(seed: int, opts: Optional[Options] = None) -> SeedResult:
     """Run one seed (with opts.mutation planted for the duration of the run, if any)."""
     opts = opts or Options()
+    cls = Sim
+    if opts.cluster:
+        from tests.simulation.cluster import ClusterSim
+        cls = ClusterSim
     if opts.mutation is None:
-        return Sim(seed, opts).run()
+        return cls(seed, opts).run()
     from tests.simulation.mutations import MUTATIONS
     with MUTATIONS[opts.mutation]():
-        return Sim(seed, opts).run()
+        return cls(seed, opts).run()
