@@ -470,3 +470,28 @@ def test_runtime_config_rejects_nonsense():
     with pytest.raises(ValueError):
         RuntimeConfig(fsync="sometimes")
     assert msgspec.structs.replace(RuntimeConfig(), shards=3).shards == 3
+
+
+def test_a_shard_past_its_lease_deadline_answers_not_coordinator(run, tmp_path):
+    # Cluster mode checks the lease per request (ShardSet lease_check): a node that resumes
+    # after a pause reads queued requests before the tick that unloads the shard, and must
+    # not answer them from its state (simulation mutation serve-after-lease-expiry).
+    allowed = {"now": True}
+
+    async def go():
+        shards = ShardSet(RuntimeConfig(data_dir=str(tmp_path), shards=2),
+                          topics=TOPICS, lease_check=lambda index: allowed["now"])
+        await shards.start()
+        try:
+            r = await shards.submit(commit("g", "orders", 0, 5), 8)
+            assert r.topics[0].partitions[0].error_code == 0
+            allowed["now"] = False
+            r = await shards.submit(commit("g", "orders", 0, 6), 8)
+            assert r.topics[0].partitions[0].error_code == E.NOT_COORDINATOR
+            allowed["now"] = True
+            got = await shards.submit(fetch("g", "orders", [0]), 7)
+            assert fetched(got) == {("orders", 0): 5}      # the refused commit changed nothing
+        finally:
+            await shards.close()
+
+    run(go())

@@ -125,6 +125,13 @@ class ClusterNode:
     def controller_id(self) -> int:
         return self._brokers[0][0]
 
+    def serving(self, shard: int) -> bool:
+        """May this node answer a request of the shard now (its lease machine's view at
+        this instant)? Checked per request: a node that was paused past its deadline reads
+        the requests queued in its socket before the tick that unloads the shard, and must
+        not answer them from its stale state (simulation, mutation serve-after-lease-expiry)."""
+        return self.machine.serving(shard, self._clock())
+
     def owner(self, shard: int) -> Optional[int]:
         """The node serving the shard as far as this node knows; None while it moves (no
         owner, an expired lease, an owner not live, or this node not serving it yet)."""

@@ -61,7 +61,8 @@ def wall_clock_ms() -> int:
 class ShardRuntime(WritePath):
     def __init__(self, index: int, directory: str, config: RuntimeConfig,
                  topics: TopicCatalog, *, clock: Callable[[], int] = wall_clock_ms,
-                 io_pool=None, cpu_pool=None, file_ops=None, store=None, on_fenced=None):
+                 io_pool=None, cpu_pool=None, file_ops=None, store=None, on_fenced=None,
+                 lease_check=None):
         # file_ops: the log's file-system calls (None: the OS; a simulated disk in
         # tests/simulation). io_pool / cpu_pool: executors of log I/O and offloaded assignor
         # runs (None: the loop's default executor). store: None (the file log in
@@ -71,6 +72,7 @@ class ShardRuntime(WritePath):
         super().__init__()
         self.store = store if store is not None and store.kind != "file" else None
         self.on_fenced = on_fenced
+        self.lease_check = lease_check      # cluster mode: (index) -> may we answer now
         self.epoch = 0
         self.index = index
         self.file_ops = file_ops
@@ -247,6 +249,11 @@ class ShardRuntime(WritePath):
         written, nothing pending), else an asyncio.Future of it. The server's hot path."""
         if self.state is not ShardState.ACTIVE:
             return error_response(request, version, STATE_ERROR[self.state])
+        lc = self.lease_check
+        if lc is not None and not lc(self.index):
+            # The lease's deadline passed before the lease glue unloaded the shard (a node
+            # resumed after a pause): its state may be stale, another node may serve it.
+            return error_response(request, version, ErrorCode.NOT_COORDINATOR)
         now = self.clock()
         result = self.shard.handle(request, now, version, client_id, client_host)
         if (not result.records and not result.timers and not result.completions

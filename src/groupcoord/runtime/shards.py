@@ -83,10 +83,13 @@ class ShardSet:
     def __init__(self, config: Optional[RuntimeConfig] = None,
                  topics: Optional[TopicCatalog] = None, *,
                  clock: Callable[[], int] = wall_clock_ms, store=None,
-                 on_fenced: Optional[Callable[[int, int], None]] = None):
+                 on_fenced: Optional[Callable[[int, int], None]] = None,
+                 lease_check: Optional[Callable[[int], bool]] = None):
         # store: runtime.stores.FileStore (default: config.data_dir) or PgStore (cluster
         # mode: shards load when the lease glue says, load_shard(index, epoch)).
         # on_fenced(index, epoch): a shard's write was refused, its lease is gone (unloaded).
+        # lease_check(index): may the node answer the shard's requests at this instant
+        # (cluster mode; checked per request, see ShardRuntime.submit_nowait).
         self.config = config or RuntimeConfig()
         self.store = store if store is not None else FileStore(self.config.data_dir)
         self.topics = topics if topics is not None else TopicCatalog()
@@ -99,7 +102,8 @@ class ShardSet:
         self.shards = [ShardRuntime(i, self.shard_dir(i), self.config, self.topics,
                                     clock=clock, io_pool=self._io_pool,
                                     cpu_pool=self._cpu_pool, store=self.store,
-                                    on_fenced=on_fenced) for i in range(n)]
+                                    on_fenced=on_fenced, lease_check=lease_check)
+                       for i in range(n)]
         self._n = n
         self._routes = {k: self._single for k in SINGLE_GROUP_APIS}
         self._routes.update({

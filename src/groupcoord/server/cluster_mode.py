@@ -108,6 +108,10 @@ class ClusterView:
     def controller_id(self) -> int:
         return self.node.controller_id() if self.node is not None else self.node_id
 
+    def serving(self, shard: int) -> bool:
+        """ShardSet's lease_check: nothing is served before the node is set."""
+        return self.node is not None and self.node.serving(shard)
+
     def fenced(self, shard: int, epoch: int) -> None:
         """ShardSet's on_fenced: no shard loads before the node is set."""
         if self.node is not None:

@@ -355,7 +355,7 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
         shards = ShardSet(RuntimeConfig(data_dir=args.catalog_dir, shards=args.shards,
                                         fsync=args.fsync, shard_config=args.shard_config),
                           topics=catalog, store=PgStore(pool, args.node_id),
-                          on_fenced=view.fenced)
+                          on_fenced=view.fenced, lease_check=view.serving)
         await shards.start(shards=[])       # the ClusterNode loads the shards it acquires
         server = Server(_server_config(args, max_connections, limits, args.catalog_dir,
                                        cluster_id=cluster_id),
