@@ -44,6 +44,7 @@ FILE_TIERS = {
     "test_clients_confluent.py": "e2e",
     "test_clients_kafka_python.py": "e2e",
     "test_clients_restart.py": "e2e",
+    "test_cluster_catalog.py": "integration",  # the topic catalog shared through PostgreSQL
     "test_cluster_leases.py": "unit",
     "test_cluster_node.py": "integration",
     "test_cluster_pg.py": "integration",
@@ -94,6 +95,7 @@ FILE_TIERS = {
     "test_server_e2e.py": "integration",
     "test_server_fairness.py": "integration",
     "test_server_node.py": "unit",
+    "test_server_processes.py": "integration",   # serve --processes 2: a supervisor, 2 nodes
     "test_spark_bench.py": "unit",             # the ones with the `spark` fixture: spark
     "test_storage_batch.py": "unit",
     "test_storage_corruption.py": "integration",

@@ -15,7 +15,7 @@ import asyncpg
 
 from groupcoord import cli
 from groupcoord.cluster.pg_leases import PgLeases, missing_tables, read_shards
-from groupcoord.storage.pg_schema import migrate
+from groupcoord.storage.pg_schema import SCHEMA_VERSION, migrate
 from pg_server import pg_db, pg_server  # noqa: F401  (fixtures)
 
 SHARDS = 8
@@ -241,7 +241,7 @@ def test_cluster_status_json(pg_db, capsys):
     _populate(pg_db)
     assert cli.main(["cluster", "status", "--store", pg_db, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
-    assert st["schema_version"] == 1 and st["lease_ms"] == 10_000
+    assert st["schema_version"] == SCHEMA_VERSION and st["lease_ms"] == 10_000
     assert [(n["node_id"], n["host"], n["port"], n["live"]) for n in st["nodes"]] == [
         (1, "127.0.0.1", 9101, True), (2, "127.0.0.1", 9102, False)]
     shards = {s["shard"]: s for s in st["shards"]}

@@ -495,3 +495,26 @@ def test_a_shard_past_its_lease_deadline_answers_not_coordinator(run, tmp_path):
             await shards.close()
 
     run(go())
+
+
+def test_list_groups_leaves_out_shards_this_node_does_not_hold(run, tmp_path):
+    # Cluster mode / --processes: a node lists the groups of the shards it holds, as a Kafka
+    # broker lists those of the coordinators it leads; the others are not an error.
+    async def go():
+        shards = make(tmp_path, shards=4)
+        groups = ["g%d" % i for i in range(12)]
+        held = {shard_for(g, 4) for g in groups[:1]}
+        await shards.start(shards=sorted(held))
+        try:
+            for g in groups:
+                if shard_for(g, 4) in held:
+                    r = await shards.submit(commit(g, "orders", 0, 1), 8)
+                    assert r.topics[0].partitions[0].error_code == 0
+            resp = await shards.submit(m.ListGroupsRequest(), 4)
+            assert resp.error_code == 0
+            assert sorted(x.group_id for x in resp.groups) == \
+                sorted(g for g in groups if shard_for(g, 4) in held)
+        finally:
+            await shards.close()
+
+    run(go())

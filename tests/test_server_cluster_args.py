@@ -1,4 +1,4 @@
-"""`groupcoord serve --store / --node-id / --lease-ms / --catalog-dir` (server/main.py,
+"""`groupcoord serve --store / --node-id / --lease-ms` (server/main.py,
 server/cluster_mode.py): how the flags resolve, which mistakes are refused and with which
 exit status, the store connection's retries (a fake attempt, a fake sleep) and the cluster
 view before and after its ClusterNode is set. In process: no store, no socket."""
@@ -53,12 +53,13 @@ def test_a_file_store_by_default_by_store_and_by_data_dir_alias():
 def test_a_postgresql_store_with_its_defaults_and_overrides():
     a = resolved("--store", PG, "--node-id", "3")
     assert (a.store_kind, a.dsn, a.data_dir) == ("postgresql", PG, None)
-    assert (a.node_id, a.lease_ms, a.catalog_dir) == (3, 10_000, "./groupcoord-catalog-3")
-    a = resolved("--store", "postgres://gc@h/db", "--node-id", "7", "--lease-ms", "1000",
-                 "--catalog-dir", "/cat")
-    assert (a.store_kind, a.node_id, a.lease_ms, a.catalog_dir) == ("postgresql", 7, 1000,
-                                                                   "/cat")
+    assert (a.node_id, a.lease_ms, a.catalog_dir) == (3, 10_000, None)
+    a = resolved("--store", "postgres://gc@h/db", "--node-id", "7", "--lease-ms", "1000")
+    assert (a.store_kind, a.node_id, a.lease_ms) == ("postgresql", 7, 1000)
     C.check_cluster_args(a)         # nothing to object to
+    # --catalog-dir (the per-node catalog before it moved into the store) is still accepted,
+    # and ignored with a warning (server/main.py _serve_cluster).
+    assert resolved("--store", PG, "--node-id", "1", "--catalog-dir", "/c").catalog_dir == "/c"
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -96,16 +97,17 @@ def test_startup_errors_exit_1_before_any_connection(capsys, argv, says):
     assert status == 1 and says in line, line
 
 
-def test_help_explains_each_cluster_flag_and_the_per_node_catalog():
+def test_help_explains_each_cluster_flag_and_the_shared_catalog():
     text = " ".join(S.add_serve_parser(argparse.ArgumentParser().add_subparsers())
                     .format_help().split())
-    for flag in ("--store STORE", "--data-dir DIR", "--node-id N", "--lease-ms MS",
-                 "--catalog-dir DIR"):
+    for flag in ("--store STORE", "--data-dir DIR", "--node-id N", "--lease-ms MS"):
         assert flag in text, flag
     assert "file:DIR" in text and "postgresql://USER[:PASSWORD]@HOST:PORT/DB" in text
     assert "refused with a file store" in text
     assert "default 10000, at least 1000" in text
-    assert "not done yet" in text                    # a shared catalog is later work
+    # One catalog for the cluster, in the store: no per-node catalog directory to give.
+    assert "the one catalog every node shares through the store" in text
+    assert "--catalog-dir" not in text
 
 
 # ---------------------------------------------------------------------- store connection

@@ -92,6 +92,7 @@ class ShardSet:
         # (cluster mode; checked per request, see ShardRuntime.submit_nowait).
         self.config = config or RuntimeConfig()
         self.store = store if store is not None else FileStore(self.config.data_dir)
+        self._lease_check = lease_check
         self.topics = topics if topics is not None else TopicCatalog()
         self.clock = clock
         self._io_pool = ThreadPoolExecutor(max(1, self.config.io_threads),
@@ -266,8 +267,16 @@ class ShardSet:
                                        **{field: out})
 
     async def _list_groups(self, req, version, client_id, client_host):
-        resps = await self._fan_out(dict(enumerate([req] * self._n)), version, client_id,
-                                    client_host)
+        # As a Kafka broker lists the groups of the coordinators it leads: a shard this node
+        # does not hold (unloaded: another node's, cluster mode or --processes; or its lease
+        # is past its deadline) is left out, not an error. Loading or failed shards still
+        # say so (COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE).
+        lc = self._lease_check
+        held = [i for i, s in enumerate(self.shards)
+                if s.state is not ShardState.UNLOADED and (lc is None or lc(i))]
+        if not held:
+            return _empty(req, version)
+        resps = await self._fan_out({i: req for i in held}, version, client_id, client_host)
         groups, code = [], 0
         for r in resps:
             groups.extend(r.groups or ())

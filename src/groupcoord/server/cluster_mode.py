@@ -1,8 +1,8 @@
 """The cluster mode of `groupcoord serve` (server/main.py runs it; docs/cluster.md): the
---store / --node-id / --lease-ms / --catalog-dir arguments, the connection to the PostgreSQL
-store (a few attempts with backoff, its schema migrated), the cluster id every node gives
-clients, and the cluster view the node APIs read (ClusterView, over cluster/node.py's
-ClusterNode)."""
+--store / --node-id / --lease-ms arguments, the connection to the PostgreSQL store (a few
+attempts with backoff, its schema migrated), the cluster id every node gives clients, the
+cluster view the node APIs read (ClusterView, over cluster/node.py's ClusterNode), and the
+task that installs the other nodes' changes of the shared topic catalog (CatalogFollower)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +13,12 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from groupcoord.cluster.status import DEFAULT_LEASE_MS, redact
-from groupcoord.server.catalog import CatalogError
+from groupcoord.server.catalog import CatalogError, follow_store
 from groupcoord.server.startup import StartupError
-from groupcoord.storage.pg_schema import SchemaError, migrate
+from groupcoord.storage.pg_schema import SCHEMA_VERSION, SchemaError, migrate
 
-__all__ = ["resolve_store", "check_cluster_args", "ClusterView", "store_cluster_id",
-           "open_store", "first_line", "DEFAULT_DATA_DIR", "MIN_LEASE_MS",
+__all__ = ["resolve_store", "check_cluster_args", "ClusterView", "CatalogFollower",
+           "store_cluster_id", "open_store", "first_line", "DEFAULT_DATA_DIR", "MIN_LEASE_MS",
            "STORE_CONNECT_TIMEOUT_S"]
 
 log = logging.getLogger("groupcoord.serve")
@@ -38,7 +38,7 @@ STORE_POOL_SIZE = 16
 
 def resolve_store(args) -> None:
     """--store / --data-dir -> args.store_kind ("file" or "postgresql") with args.data_dir
-    (file) or args.dsn, args.node_id, args.lease_ms, args.catalog_dir (postgresql).
+    (file) or args.dsn, args.node_id, args.lease_ms (postgresql).
     CatalogError (exit 2) for what is wrong on its face; what needs a closer look (the
     DSN, a missing --node-id) is checked by ``check_cluster_args`` (exit 1)."""
     if args.store is not None and args.data_dir is not None:
@@ -68,8 +68,6 @@ def resolve_store(args) -> None:
         args.lease_ms = DEFAULT_LEASE_MS
     if args.lease_ms < MIN_LEASE_MS:
         raise CatalogError("--lease-ms must be at least %d" % MIN_LEASE_MS)
-    if args.catalog_dir is None and args.node_id is not None:
-        args.catalog_dir = "./groupcoord-catalog-%d" % args.node_id
 
 
 def check_cluster_args(args) -> None:
@@ -118,6 +116,57 @@ class ClusterView:
             self.node.fenced(shard, epoch)
 
 
+class CatalogFollower:
+    """Installs the other nodes' changes of the shared topic catalog on this node: every
+    ``period_s`` (the ClusterNode's refresh period, lease/3) it reads the catalog's version
+    and, when it moved, loads the catalog and installs it as a local CreateTopics does
+    (catalog.py ``follow_store``: under the server's catalog lock, ShardSet.set_topics).
+
+    A task of its own rather than a step of ClusterNode's refresh: the lease glue (cluster/)
+    stays free of the server's catalog, and a slow catalog read or the install of a big
+    catalog (set_topics runs every live shard's catalog change) never delays a heartbeat or a
+    lease decision. A failed read is logged once until the store answers again and retried
+    at the next period."""
+
+    def __init__(self, server, period_s: float):
+        self.server = server
+        self.period_s = period_s
+        self._task: Optional[asyncio.Task] = None
+        self._failing = False
+
+    async def poll(self) -> bool:
+        """One check -> whether a newer catalog was installed (False too when the store
+        failed: logged)."""
+        try:
+            changed = await follow_store(self.server)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:      # asyncpg, OS and timeout errors, a bad catalog body
+            if not self._failing:
+                log.warning("cannot read the shared topic catalog: %s; retrying every %.1f s",
+                            first_line(e), self.period_s)
+                self._failing = True
+            return False
+        if self._failing:
+            log.info("the shared topic catalog can be read again")
+            self._failing = False
+        return changed
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            await self.poll()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+
 # The cluster id of a store: its database and the schema's shard table, as PostgreSQL
 # numbers them, so that every node of the cluster gives clients the same id (a cluster
 # whose schema is made again is a new cluster).
@@ -150,7 +199,10 @@ def first_line(exc: BaseException) -> str:
 async def _open_store_once(dsn: str, shards: int) -> tuple:
     """-> (pool, cluster id): a pool of connections to the store, its schema migrated."""
     import asyncpg      # only cluster mode needs the driver
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=STORE_POOL_SIZE,
+    # min_size=0: no connection floor. With one, asyncpg restores it in a task of its own
+    # after the store goes away and logs a traceback at every failed try; connections are
+    # then made only by our calls, whose failures the node logs once per interval.
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=STORE_POOL_SIZE,
                                      timeout=STORE_CONNECT_TIMEOUT_S)
     try:
         async with pool.acquire() as conn:
@@ -160,7 +212,9 @@ async def _open_store_once(dsn: str, shards: int) -> tuple:
         pool.terminate()
         raise
     log.info("store %s: schema %s", redact(dsn),
-             "up to date" if before else "created (first use)")
+             "created (first use)" if not before else "up to date"
+             if before == SCHEMA_VERSION else "upgraded from version %d to %d"
+             % (before, SCHEMA_VERSION))
     return pool, cluster_id
 
 

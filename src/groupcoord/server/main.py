@@ -4,12 +4,14 @@ The store (--store; --data-dir DIR is an alias of --store file:DIR):
 
   file:DIR       a single node. Merge --topic/--topics-file into DIR/topics.json, load every
                  shard (``ShardSet.start``), bind.
-  postgresql://  cluster mode (docs/cluster.md). Merge the topics into
-                 <catalog-dir>/topics.json (each node keeps its own catalog), connect to the
-                 store (a few attempts with backoff), migrate its schema, start the shards
+  postgresql://  cluster mode (docs/cluster.md). Connect to the store (a few attempts
+                 with backoff), migrate its schema, merge the topics into the catalog the
+                 nodes share through it (server/catalog.py PgCatalogStore), start the shards
                  with none loaded, bind, then start the ClusterNode (cluster/node.py), which
                  registers this node with its advertised address and bound port and loads
-                 the shards it acquires. The node APIs answer from its view (ClusterView).
+                 the shards it acquires, and the CatalogFollower, which installs the other
+                 nodes' catalog changes. The node APIs answer from its view (ClusterView).
+                 Nothing is kept on local disk.
 
 Then print exactly one line to stdout and flush it:
 
@@ -26,6 +28,7 @@ shards that loaded.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import signal
@@ -33,12 +36,16 @@ import sys
 from typing import Optional
 
 from groupcoord.cluster.status import DEFAULT_LEASE_MS, redact
-from groupcoord.server.catalog import (CatalogError, CatalogStore, load_topics_file,
+from groupcoord.server.catalog import (CatalogError, CatalogStore, PgCatalogStore,
+                                       load_or_create_cluster_id, load_topics_file,
                                        merge_topics, parse_topic_arg)
 from groupcoord.server.cluster_mode import (DEFAULT_DATA_DIR, MIN_LEASE_MS,
-                                            STORE_CONNECT_TIMEOUT_S, ClusterView,
+                                            STORE_CONNECT_TIMEOUT_S, CatalogFollower,
+                                            ClusterView,
                                             check_cluster_args, first_line, open_store,
                                             resolve_store)
+from groupcoord.server.processes import (StaticClusterView, Supervisor, check_process_args,
+                                         child_argv, follow_supervisor)
 from groupcoord.server.startup import (MAX_CONNECTIONS_CAP, StartupError, check_data_dir,
                                        check_open_files_limit, os_error)
 from groupcoord.server.topic_admin import CatalogLimits, check_catalog_limits
@@ -63,7 +70,8 @@ def add_serve_parser(sub):
                     "listens, one line 'groupcoord: listening on HOST:PORT (N shards loaded "
                     "from STORE)' is printed to stdout; logs go to stderr. SIGTERM/SIGINT "
                     "shut down gracefully (exit status 0; cluster mode hands its shards over "
-                    "first). Exit status 1: a startup error (one line on stderr); 2: bad "
+                    "first). With --processes N a supervisor runs N such nodes on one "
+                    "machine. Exit status 1: a startup error (one line on stderr); 2: bad "
                     "arguments.")
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default %(default)s; 0.0.0.0 for all IPv4 "
@@ -94,16 +102,14 @@ def add_serve_parser(sub):
                         "(default %d, at least %d). A node that cannot renew within it stops "
                         "serving the shard; a dead node's shards move after it. Give every "
                         "node the same value" % (DEFAULT_LEASE_MS, MIN_LEASE_MS))
-    s.add_argument("--catalog-dir", default=None, metavar="DIR",
-                   help="cluster mode: directory of this node's topic catalog (topics.json; "
-                        "default ./groupcoord-catalog-<node-id>). Each node keeps the catalog "
-                        "of its own --topic/--topics-file and clients' topic changes: give "
-                        "every node the same topics (a catalog shared through the store is "
-                        "not done yet). With a file store the catalog is in its directory")
+    # Cluster mode kept each node's catalog in this directory until the catalog moved into
+    # the store; still accepted (ignored, one warning) so that older command lines start.
+    s.add_argument("--catalog-dir", default=None, help=argparse.SUPPRESS)
     s.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
                    help="a topic of the catalog, e.g. orders:6 (repeatable); merged into the "
-                        "stored catalog: new topics are added, a partition count can grow "
-                        "but never shrink")
+                        "stored catalog (cluster mode: the one catalog every node shares "
+                        "through the store): new topics are added, a partition count can "
+                        "grow but never shrink")
     s.add_argument("--topics-file", default=None, metavar="PATH",
                    help='JSON file of topics: [{"name": "orders", "partitions": 6}, ...], '
                         "merged like --topic")
@@ -163,6 +169,18 @@ def add_serve_parser(sub):
                         "group.consumer.heartbeat.interval.ms=1000. Known: %s"
                         % ", ".join("%s (default %s)" % (_kafka_name(f), _show(v))
                                     for f, v in _defaults(ShardConfig)))
+    s.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="file store: run N node processes on this machine, one per core "
+                        "(default %(default)s: this process is the node). A supervisor "
+                        "starts nodes 1..N on ports PORT..PORT+N-1 (--port 0: N consecutive "
+                        "free ports); node i owns the shards s with s mod N = i-1 and loads "
+                        "only those; each lists all N in Metadata and names a group's owner "
+                        "in FindCoordinator (NOT_COORDINATOR for another's group). The "
+                        "supervisor merges --topic/--topics-file once; the catalog is then "
+                        "fixed (no --allow-create-topics/--allow-delete-topics). A node that "
+                        "dies is restarted and reloads its shards from their logs (a log "
+                        "line each); SIGTERM to the supervisor stops every node, exit 0")
+    s.add_argument("--process-node", type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="event loop: uvloop (default) or the stock asyncio loop (debugging)")
     s.add_argument("--log-level", default="INFO",
@@ -250,6 +268,7 @@ def _check_args(args):
     if args.max_topics < 0 or args.max_partitions < 0:
         raise CatalogError("--max-topics and --max-partitions must be >= 0")
     resolve_store(args)
+    check_process_args(args)
 
 
 def _loop_factory(name: str):
@@ -264,8 +283,10 @@ def _loop_factory(name: str):
 
 
 def run(args) -> int:
+    # A node under a --processes supervisor says which one it is in each line.
+    node = "node-%d " % args.process_node if args.process_node is not None else ""
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, args.log_level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s " + node + "%(name)s: %(message)s")
     try:
         _check_args(args)
         given = _topics_given(args)
@@ -276,6 +297,10 @@ def run(args) -> int:
     factory = _loop_factory(args.loop)
     try:
         check_cluster_args(args)
+        if args.processes > 1 and args.process_node is None:
+            return _supervise(args, given)
+        if args.process_node is not None:
+            follow_supervisor()
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(args, given))
     except (StartupError, CatalogError) as e:
@@ -287,6 +312,15 @@ def run(args) -> int:
         log.debug("startup failed", exc_info=True)
         print("groupcoord serve: error: %s" % os_error(e), file=sys.stderr, flush=True)
         return 1
+
+
+def _supervise(args, given) -> int:
+    # The topics are merged and the cluster id made once, here; the nodes read them.
+    check_data_dir(args.data_dir)
+    _load_catalog(args, args.data_dir, given)
+    load_or_create_cluster_id(args.data_dir)
+    options = add_serve_parser(argparse.ArgumentParser().add_subparsers())
+    return Supervisor(args, child_argv(options, args)).run()
 
 
 async def _serve(args, given) -> int:
@@ -301,19 +335,24 @@ async def _serve(args, given) -> int:
 
     check_data_dir(args.data_dir)
     max_connections = check_open_files_limit(args.max_connections, args.shards, args.data_dir)
-    store, catalog, limits = _load_catalog(args, args.data_dir, given)
+    # A node of --processes (server/processes.py) loads only its shards, reads the catalog
+    # its supervisor merged, and answers as one node of a fixed cluster.
+    view = StaticClusterView.of(args) if args.process_node is not None else None
+    owned = view.owned() if view is not None else list(range(args.shards))
+    store, catalog, limits = _load_catalog(args, args.data_dir, given,
+                                           merge=view is None)
     shards = ShardSet(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
                                     fsync=args.fsync, shard_config=args.shard_config),
                       topics=catalog)
     try:
-        await shards.start()
+        await shards.start(owned)
     except ShardLoadError as e:
         raise StartupError(str(e)) from None
     # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
     # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
-    loaded = args.shards - len(shards.failed_shards())
+    loaded = len(owned) - len(shards.failed_shards())
     server = Server(_server_config(args, max_connections, limits, args.data_dir), shards,
-                    store=store)
+                    store=store, cluster=view)
     host, port = await _listen(server, shards, args)
     if not stop.is_set():
         _print_listening(host, port, loaded, args.data_dir)
@@ -329,10 +368,11 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
     from groupcoord.runtime import RuntimeConfig, ShardSet
     from groupcoord.runtime.stores import PgStore
     where = redact(args.dsn)
-    check_data_dir(args.catalog_dir, "catalog directory")
-    max_connections = check_open_files_limit(args.max_connections, args.shards,
-                                             args.catalog_dir)
-    store, catalog, limits = _load_catalog(args, args.catalog_dir, given)
+    if args.catalog_dir is not None:
+        log.warning("--catalog-dir is ignored: in cluster mode the topic catalog is shared "
+                    "through the store and nothing is kept on local disk")
+    max_connections = check_open_files_limit(args.max_connections, args.shards, None)
+    limits = _catalog_limits(args)
     log.info("cluster mode: node %d, store %s, %d shards, lease %d ms", args.node_id, where,
              args.shards, args.lease_ms)
 
@@ -351,13 +391,22 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
         log.info("stopped while waiting for the store")
         return 0
     try:
+        store = PgCatalogStore(pool, where)
+        try:
+            catalog = await store.merge(given, limits)
+        except CatalogError:
+            raise
+        except Exception as e:              # asyncpg, OS and timeout errors
+            raise StartupError("cannot merge the topics into the catalog in %s: %s"
+                               % (where, first_line(e))) from None
+        _log_catalog(catalog, "the store's version %d" % store.version)
         view = ClusterView(args.node_id, args.shards)
-        shards = ShardSet(RuntimeConfig(data_dir=args.catalog_dir, shards=args.shards,
+        shards = ShardSet(RuntimeConfig(shards=args.shards,
                                         fsync=args.fsync, shard_config=args.shard_config),
                           topics=catalog, store=PgStore(pool, args.node_id),
                           on_fenced=view.fenced, lease_check=view.serving)
         await shards.start(shards=[])       # the ClusterNode loads the shards it acquires
-        server = Server(_server_config(args, max_connections, limits, args.catalog_dir,
+        server = Server(_server_config(args, max_connections, limits, None,
                                        cluster_id=cluster_id),
                         shards, store=store, cluster=view)
         host, port = await _listen(server, shards, args)
@@ -374,6 +423,9 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
             await server.shutdown()
             raise StartupError("node %d could not join the cluster of %s: %s"
                                % (args.node_id, where, first_line(e))) from None
+        # The other nodes' catalog changes, checked as often as the leases are refreshed.
+        follower = CatalogFollower(server, node.config.renew_every_ms / 1000.0)
+        follower.start()
         if not stop.is_set():
             loaded = sum(1 for i in range(args.shards) if shards.loaded(i))
             _print_listening(host, port, loaded, where)
@@ -386,6 +438,7 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
         except Exception:
             log.exception("handing the shards over failed; they move when their leases "
                           "expire")
+        await follower.stop()
         await server.shutdown()
         return 0
     finally:
@@ -411,13 +464,17 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
-def _load_catalog(args, directory: str, given) -> tuple:
+def _load_catalog(args, directory: str, given, merge: bool = True) -> tuple:
     """Merge the topics given into the catalog stored in directory -> (CatalogStore,
     catalog, CatalogLimits); CatalogError for a partition decrease or a catalog over the
-    limits."""
+    limits. merge False: read it as stored (a --processes node)."""
     store = CatalogStore(directory)
-    catalog, changed = merge_topics(store.load(), given, store.given)
-    given_now = {s.name: s.partitions for s in given}
+    if not merge:
+        catalog = store.load()
+        changed, given_now = False, store.given     # load() read the recorded specs
+    else:
+        catalog, changed = merge_topics(store.load(), given, store.given)
+        given_now = {s.name: s.partitions for s in given}
     limits = CatalogLimits(allow_create_topics=args.allow_create_topics,
                            max_topics=args.max_topics, max_partitions=args.max_partitions,
                            allow_delete_topics=args.allow_delete_topics)
@@ -432,7 +489,19 @@ def _load_catalog(args, directory: str, given) -> tuple:
     return store, catalog, limits
 
 
-def _server_config(args, max_connections: int, limits, data_dir: str,
+def _catalog_limits(args) -> CatalogLimits:
+    return CatalogLimits(allow_create_topics=args.allow_create_topics,
+                         max_topics=args.max_topics, max_partitions=args.max_partitions,
+                         allow_delete_topics=args.allow_delete_topics)
+
+
+def _log_catalog(catalog, where: str) -> None:
+    log.info("topic catalog (%s): %d topic(s)%s", where, len(catalog),
+             "" if not len(catalog) else ": " + ", ".join(
+                 "%s (%d)" % (t.name, t.partitions) for t in catalog))
+
+
+def _server_config(args, max_connections: int, limits, data_dir: Optional[str],
                    cluster_id: Optional[str] = None) -> ServerConfig:
     return ServerConfig(
         host=args.host, port=args.port, advertised_host=args.advertised_host,

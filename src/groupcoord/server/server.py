@@ -30,7 +30,7 @@ from typing import Optional
 from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
-from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id
+from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id, store_change
 from groupcoord.server.connection import ServerConnection
 from groupcoord.server.flow import DEFAULT_QUEUED_MAX_REQUEST_BYTES, RequestBytesPool
 from groupcoord.server.metadata_cache import MetadataCache
@@ -207,24 +207,22 @@ class Server:
     async def create_topics(self, req, version: int):
         # Serialised: two concurrent creates must both see each other's topics.
         async with self._topics_lock:
-            resp, new = plan_create_topics(req, version, self.shards.topics,
-                                           self.config.catalog_limits)
+            # Planned, stored and installed by store_change (a shared catalog that another
+            # node changed meanwhile: planned again against the newer one).
+            resp, new, error = await store_change(
+                self, lambda cat: plan_create_topics(req, version, cat,
+                                                     self.config.catalog_limits))
+            created = [r for r in resp.topics if r.error_code == 0]
+            if error is not None:               # logged by store_change
+                for r in created:
+                    r.error_code = int(E.KAFKA_STORAGE_ERROR)
+                    r.error_message = "cannot persist the topic catalog: %s" % error
+                    r.topic_id = N.ZERO_UUID
+                    r.num_partitions = r.replication_factor = -1
+                    r.configs = None
+                return resp
             if new is None:
                 return resp
-            created = [r for r in resp.topics if r.error_code == 0]
-            if self.store is not None:
-                try:
-                    await self.loop.run_in_executor(None, self.store.save, new)
-                except OSError as e:
-                    log.error("CreateTopics: cannot persist the topic catalog: %s", e)
-                    for r in created:
-                        r.error_code = int(E.KAFKA_STORAGE_ERROR)
-                        r.error_message = "cannot persist the topic catalog: %s" % e
-                        r.topic_id = N.ZERO_UUID
-                        r.num_partitions = r.replication_factor = -1
-                        r.configs = None
-                    return resp
-            await self.shards.set_topics(new)
             log.info("created topic(s) %s", ", ".join("%s (%d partitions)"
                                                       % (r.name, r.num_partitions)
                                                       for r in created))

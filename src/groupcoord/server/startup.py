@@ -26,7 +26,8 @@ FD_MARGIN = 64
 MAX_CONNECTIONS_CAP = 1_000_000
 
 
-def check_open_files_limit(max_connections: Optional[int], shards: int, data_dir: str) -> int:
+def check_open_files_limit(max_connections: Optional[int], shards: int,
+                           data_dir: Optional[str]) -> int:
     """Compare RLIMIT_NOFILE with what this node may hold open: every connection, one
     descriptor per segment file (each segment keeps its read descriptor), and per shard its
     write descriptor plus one for a segment roll or a compaction's output. Raise the soft
@@ -34,14 +35,14 @@ def check_open_files_limit(max_connections: Optional[int], shards: int, data_dir
     warning when still short: a roll that cannot open its file fails its shard).
     max_connections None (the default of --max-connections): raise the soft limit to the
     hard one and allow every descriptor the logs leave, up to MAX_CONNECTIONS_CAP. Returns
-    the max connections to enforce."""
+    the max connections to enforce. data_dir None: no segment files (cluster mode)."""
     try:
         import resource
     except ImportError:                 # pragma: no cover - not on Windows
         return MAX_CONNECTIONS_CAP if max_connections is None else max_connections
     segments = 0
     try:
-        for name in os.listdir(data_dir):
+        for name in os.listdir(data_dir) if data_dir is not None else ():
             d = os.path.join(data_dir, name)
             if name.startswith("__consumer_offsets-") and os.path.isdir(d):
                 segments += sum(1 for f in os.listdir(d) if f.endswith(".log"))

@@ -19,6 +19,15 @@ Tables (version 1):
         a shard's log: one RecordBatch v2 per row, the bytes storage/batch.py encodes for the
         file segments (storage/pg_log.py); epoch: the shard epoch of the writer
 
+Version 2 adds:
+
+    groupcoord_catalog(id int PRIMARY KEY CHECK (id = 1), version bigint NOT NULL,
+                       body bytea NOT NULL)
+        the cluster's one topic catalog (server/catalog.py PgCatalogStore): body is the JSON
+        a single node keeps in topics.json ({"version": 1, "topics": [...], "given": [...]});
+        version grows by one at every change, and a change is stored only if the version is
+        still the one its writer read (compare-and-set). The row is made here, empty, at 0.
+
     await migrate(conn, shards)     # idempotent; safe when several nodes start at once
 
 Every migration runs in one transaction under a transaction-level advisory lock, so nodes
@@ -61,6 +70,14 @@ MIGRATIONS = {
                PRIMARY KEY (shard, base_offset))
            WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
                  autovacuum_vacuum_cost_delay = 0, vacuum_truncate = false)""",
+    ),
+    2: (
+        """CREATE TABLE groupcoord_catalog (
+               id int PRIMARY KEY CHECK (id = 1),
+               version bigint NOT NULL,
+               body bytea NOT NULL)""",
+        """INSERT INTO groupcoord_catalog (id, version, body)
+           VALUES (1, 0, convert_to('{"version":1,"topics":[],"given":[]}', 'UTF8'))""",
     ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
