@@ -49,6 +49,7 @@ FILE_TIERS = {
     "test_cluster_node.py": "integration",
     "test_cluster_pg.py": "integration",
     "test_cluster_serve.py": "integration",   # serve --store postgresql:// processes
+    "test_cluster_failover.py": "e2e",        # real nodes and clients: kill -9, zombie...
     "test_codec_memory.py": "unit",
     "test_codec_tolerance.py": "unit",
     "test_commit_scan.py": "unit",
