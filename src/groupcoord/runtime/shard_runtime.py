@@ -207,24 +207,10 @@ class ShardRuntime(WritePath):
         lease glue. No reload: the shard is another node's now."""
         if self.state is ShardState.UNLOADED and self.log is None:
             return
-        self.state = ShardState.UNLOADED
-        self.generation += 1
-        self._flushing = False
-        self._compacting = False
-        self._cancel_timer()
-        waiters = list(self._waiters) + list(self._parked.values())
-        self._waiters.clear()
-        self._parked.clear()
-        for w in waiters:
-            if w.future.done():
-                continue
-            if w.request is None:
-                w.future.set_exception(LogFailedError(
-                    "shard %d: lease lost before these writes were durable" % self.index))
-            else:
-                self._error(w, ErrorCode.NOT_COORDINATOR)
+        answered = self._stop_serving(ShardState.UNLOADED, ErrorCode.NOT_COORDINATOR,
+                                      "lease lost")
         log.warning("shard %d: fenced at epoch %d (%s); %d waiting request(s) answered "
-                    "NOT_COORDINATOR; unloaded", self.index, self.epoch, exc, len(waiters))
+                    "NOT_COORDINATOR; unloaded", self.index, self.epoch, exc, answered)
         lg, self.log, self.shard = self.log, None, None
         if lg is not None:
             self._log_closing = self._loop.create_task(_close_async(lg, self.index))
@@ -267,12 +253,12 @@ class ShardRuntime(WritePath):
         return f.result() if f.done() else f
 
     # ================================================================== failure
-    def _fail(self, exc) -> None:
-        """Answer every waiting and parked request COORDINATOR_NOT_AVAILABLE, throw the
-        in-memory state away, close the log and reload what it holds after a backoff."""
-        if self.state is ShardState.FAILED:
-            return
-        self.state = ShardState.FAILED
+    def _stop_serving(self, state: ShardState, code, why: str) -> int:
+        """Enter ``state`` (a new generation: callbacks of the old one do nothing), stop the
+        group commit, compaction and timer, and answer every waiting and parked request
+        ``code`` (a flush() waiter gets LogFailedError: its writes are lost). -> how many
+        requests were answered. The caller decides what becomes of the log."""
+        self.state = state
         self.generation += 1
         self._flushing = False
         self._compacting = False            # the old log's compaction stops at its close
@@ -284,12 +270,21 @@ class ShardRuntime(WritePath):
         for w in waiters:
             if w.future.done():
                 continue
-            if w.request is None:           # flush(): the writes it waited for are lost
+            if w.request is None:
                 w.future.set_exception(LogFailedError(
-                    "shard %d failed before these writes were durable" % self.index))
+                    "shard %d %s before these writes were durable" % (self.index, why)))
             else:
-                self._error(w, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                self._error(w, code)
                 answered += 1
+        return answered
+
+    def _fail(self, exc) -> None:
+        """Answer every waiting and parked request COORDINATOR_NOT_AVAILABLE, throw the
+        in-memory state away, close the log and reload what it holds after a backoff."""
+        if self.state is ShardState.FAILED:
+            return
+        answered = self._stop_serving(ShardState.FAILED, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                      "failed")
         self._fail_streak += 1
         now = self._loop.time()
         if self._fail_streak == 1:
