@@ -39,6 +39,15 @@ cdef class FrameSplitter:
         self.max_frame_bytes = max_frame_bytes
         self.frames_split = 0
 
+    def raise_limit(self, Py_ssize_t max_frame_bytes):
+        """Take frames up to max_frame_bytes from now on (never lower: a size prefix already
+        read was checked against the old limit). A SASL connection reads with Kafka's
+        pre-authentication bound until its client has authenticated."""
+        if max_frame_bytes < self.max_frame_bytes:
+            raise ValueError("raise_limit cannot lower the limit (%d < %d)"
+                             % (max_frame_bytes, self.max_frame_bytes))
+        self.max_frame_bytes = max_frame_bytes
+
     @property
     def pending(self):
         """Bytes buffered of an incomplete frame."""

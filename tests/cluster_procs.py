@@ -31,9 +31,11 @@ GROUP_CONFIG = ("group.initial.rebalance.delay.ms=300",
 class NodeProc(ServeProc):
     """One cluster node: `serve --store DSN --node-id N --lease-ms L`."""
 
-    def __init__(self, dsn, node_id, catalog_dir, shards, lease_ms, topics, loop="asyncio",
+    def __init__(self, dsn, node_id, work_dir, shards, lease_ms, topics, loop="asyncio",
                  extra_args=()):
-        super().__init__(catalog_dir, topics=topics, shards=shards, loop=loop,
+        # work_dir: ServeProc's directory of the node (made at start); the node keeps nothing
+        # on local disk, its catalog and logs are in the store.
+        super().__init__(work_dir, topics=topics, shards=shards, loop=loop,
                          extra_args=extra_args)
         self.dsn = dsn
         self.node_id = node_id
@@ -43,7 +45,7 @@ class NodeProc(ServeProc):
     def _argv(self):
         argv = [sys.executable, "-m", "groupcoord.cli", "serve", "--store", self.dsn,
                 "--node-id", str(self.node_id), "--lease-ms", str(self.lease_ms),
-                "--catalog-dir", self.data_dir, "--host", self.host, "--port", str(self.port),
+                "--host", self.host, "--port", str(self.port),
                 "--shards", str(self.shards), "--loop", self.loop]
         for name, parts in self.topics.items():
             argv += ["--topic", "%s:%d" % (name, parts)]
@@ -67,7 +69,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ processes
     def start(self, node_id):
-        p = NodeProc(self.dsn, node_id, self.tmp_path / ("catalog-%d" % node_id), self.shards,
+        p = NodeProc(self.dsn, node_id, self.tmp_path / ("node-%d" % node_id), self.shards,
                      self.lease_ms, self.topics, extra_args=self.extra_args)
         self.nodes[node_id] = p
         return p.start()

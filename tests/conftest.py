@@ -40,6 +40,7 @@ FILE_TIERS = {
     "test_bad_input.py": "unit",
     "test_catalog_admin.py": "unit",
     "test_cli.py": "unit",
+    "test_client_security.py": "integration",  # unit ones marked; SDK TLS/SASL vs serve
     "test_clients_aiokafka.py": "e2e",
     "test_clients_confluent.py": "e2e",
     "test_clients_kafka_python.py": "e2e",
@@ -68,9 +69,13 @@ FILE_TIERS = {
     "test_error_codes.py": "unit",
     "test_framing.py": "unit",
     "test_golden.py": "unit",
+    "test_groups_cli.py": "e2e",              # `groupcoord groups` against serve + clients
     "test_import_graph.py": "unit",
+    "test_lifecycle_events.py": "unit",        # lifecycle events of the pure core
+    "test_lifecycle_logs.py": "integration",   # serve --log-format text/json, rate limit
     "test_limits.py": "unit",
     "test_loadgen.py": "integration",
+    "test_metrics.py": "e2e",     # serve --metrics-port with confluent-kafka groups (issue 21)
     "test_bench_coordinator.py": "unit",
     "test_log_verify.py": "unit",
     "test_parity_kafka_python.py": "unit",     # kafka-python as a codec oracle, no client
@@ -84,10 +89,17 @@ FILE_TIERS = {
     "test_runtime_pg.py": "integration",
     "test_runtime_retention.py": "integration",
     "test_schema_parity.py": "unit",
+    "test_security_scram.py": "unit",     # SCRAM/PLAIN server, SASL session, principals
     "test_sdk_connect.py": "integration",
     "test_sdk_connection.py": "integration",
     "test_sdk_keepalive.py": "unit",
     "test_sdk_members.py": "unit",             # the end-to-end ones use `serve`
+    "test_security_acl.py": "unit",
+    "test_security_authz.py": "unit",
+    "test_security_admin.py": "unit",
+    "test_security_store.py": "unit",
+    "test_security_store_pg.py": "integration",     # a private PostgreSQL (tests/pg_server.py)
+    "test_security_e2e.py": "e2e",       # TLS/SASL/ACL nodes and real clients (issue 20)
     "test_server_bad_input.py": "integration",
     "test_server_catalog.py": "unit",
     "test_server_cli.py": "integration",

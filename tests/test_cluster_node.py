@@ -21,7 +21,7 @@ import pytest
 
 from groupcoord.cluster import node as node_mod
 from groupcoord.cluster.balance import target
-from groupcoord.cluster.node import ClusterNode
+from groupcoord.cluster.node import ClusterNode, NodeIdInUseError
 from groupcoord.cluster.pg_leases import read_shards
 from groupcoord.storage.pg_schema import migrate
 from pg_server import pg_db, pg_server  # noqa: F401  (fixtures)
@@ -353,4 +353,114 @@ def test_store_failures_are_retried_logged_once_per_interval_and_never_stop_the_
             assert len(_lines(cluster_log, "node 1: the store answers again")) == 1
             assert len(_lines(cluster_log, "store call failed", logging.WARNING)) == 1
             c.check_journal()
+    run(main())
+
+
+# ---------------------------------------------------------------------- one process per id
+async def _twin(c, node_id, port):
+    """Another process started with node_id: a pool, fake shards and a journal of its own."""
+    pool = await asyncpg.create_pool(c.dsn, min_size=1, max_size=4)
+    fake = FakeShards(node_id, [])
+    node = ClusterNode(pool, fake, node_id=node_id, host="127.0.0.1", port=port,
+                       lease_ms=c.lease_ms, shard_count=SHARDS)
+    return node, fake, pool
+
+
+async def _port_of(c, node_id):
+    return await c.admin.fetchval("SELECT port FROM groupcoord_nodes WHERE node_id = $1",
+                                  node_id)
+
+
+def test_a_second_process_with_a_live_node_id_is_refused(pg_db, cluster_log):
+    async def main():
+        async with Cluster(pg_db) as c:
+            await c.add(1)
+            await c.wait_balanced([1], "node 1 holds every shard")
+            twin, fake, pool = await _twin(c, 1, 9201)
+            try:
+                # node 1 heartbeats while the twin watches its row: refused.
+                with pytest.raises(NodeIdInUseError) as e:
+                    await twin.start()
+            finally:
+                await pool.close()
+            msg = str(e.value)
+            assert "node id 1 is in use" in msg and "127.0.0.1:9101" in msg, msg
+            assert "last seen" in msg and fake.epochs == {}
+            assert _lines(cluster_log, "waiting until it is older than the lease",
+                          logging.WARNING)
+            # Node 1 is untouched: its row, every shard at the epoch it loaded.
+            assert await _port_of(c, 1) == 9101
+            await c.wait_balanced([1], "node 1 still holding every shard")
+            assert [k for _n, k, _s, _e in c.journal] == ["load"] * SHARDS
+    run(main())
+
+
+def test_a_crashed_node_id_is_taken_by_its_restart_once_the_lease_passed(pg_db, cluster_log):
+    async def main():
+        async with Cluster(pg_db) as c:
+            for n in (1, 2):
+                await c.add(n)
+            await c.wait_balanced([1, 2], "12 shards split 6/6")
+            await c.crash(1)
+            again, fake, pool = await _twin(c, 1, 9301)
+            try:
+                await again.start()     # at once: it waits for the dead row to age
+                assert await _port_of(c, 1) == 9301
+                assert _lines(cluster_log, "node 1: the node id's previous holder was not "
+                                           "seen for the lease: taking the id")
+                await until(lambda: len(fake.epochs) == len(c.fakes[2].epochs) == SHARDS // 2
+                            and not set(fake.epochs) & set(c.fakes[2].epochs)
+                            and again.brokers() == c.nodes[2].brokers()
+                            == [(1, "127.0.0.1", 9301), (2, "127.0.0.1", 9102)],
+                            WAIT_S, "the restarted node 1 and node 2 splitting the shards")
+            finally:
+                await again.close()
+                await pool.close()
+    run(main())
+
+
+def test_a_node_whose_id_another_process_took_stops_serving(pg_db, caplog):
+    caplog.set_level(logging.INFO, logger="groupcoord.cluster")
+
+    async def main():
+        async with Cluster(pg_db) as c:
+            for n in (1, 2):
+                await c.add(n)
+            await c.wait_balanced([1, 2], "12 shards split 6/6")
+            old = c.nodes[1]
+            c.gates[1].set("hang")      # node 1 stalls (paused, cut off) past the lease
+            twin, fake, pool = await _twin(c, 1, 9401)
+            try:
+                await twin.start()      # takes id 1 once the old row is older than the lease
+                await until(lambda: len(fake.epochs) == len(c.fakes[2].epochs) == SHARDS // 2,
+                            WAIT_S, "the new node 1 and node 2 splitting the shards")
+                assert c.fakes[1].epochs == {}      # unloaded on its own clock meanwhile
+                mark = len(c.journal)
+                reads = []
+                real = old.leases.live_rows
+
+                async def counted():
+                    reads.append(1)
+                    return await real()
+                old.leases.live_rows = counted
+                c.gates[1].set("open")  # the old process runs again
+                await until(lambda: old.displaced is not None, WAIT_S,
+                            "the old node 1 finding its id taken")
+                errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+                assert len(errors) == 1 and "another process took node id 1" in errors[0] \
+                    and "127.0.0.1:9401" in errors[0], errors
+                # It keeps its view current but no longer heartbeats nor takes shards.
+                await until(lambda: len(reads) >= 4, WAIT_S, "the old node's refreshes")
+                assert await _port_of(c, 1) == 9401
+                assert c.fakes[1].epochs == {}
+                assert not [e for e in c.journal[mark:] if e[0] == 1], c.journal[mark:]
+                assert old.machine.idle()
+                epochs = dict(fake.epochs)
+                assert len(epochs) == SHARDS // 2
+                # Its view sends clients to id 1's new address for the new node's shards.
+                assert all(old.owner(s) == 1 for s in epochs)
+                assert old.brokers() == [(1, "127.0.0.1", 9401), (2, "127.0.0.1", 9102)]
+            finally:
+                await twin.close()
+                await pool.close()
     run(main())

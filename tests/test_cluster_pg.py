@@ -162,6 +162,32 @@ def test_renewals_of_overlapping_shards_from_two_sessions_do_not_deadlock(pg_db)
     run(main())
 
 
+def test_a_node_with_several_listeners_registers_each_address(pg_db):
+    """Schema v5: the listeners' addresses travel with the node row, so another node can
+    name them per listener (cluster/node.py ClusterNode.brokers(listener))."""
+    async def main():
+        admin, (a, b) = await _setup(pg_db)
+        b.endpoints = json.dumps({"PLAINTEXT": ["127.0.0.1", 9102],
+                                  "SASL_SSL": ["10.0.0.2", 9302]})
+        try:
+            await a.register()
+            await b.register()
+            rows = {r.node_id: r for r in await a.live_rows()}
+            assert rows[1].listeners() == {}             # one listener: host and port
+            assert rows[2].listeners() == {"PLAINTEXT": ("127.0.0.1", 9102),
+                                           "SASL_SSL": ("10.0.0.2", 9302)}
+            await admin.execute("UPDATE groupcoord_nodes SET endpoints = 'not json' "
+                                "WHERE node_id = 2")
+            rows = {r.node_id: r for r in await a.live_rows()}
+            assert rows[2].listeners() == {}             # unreadable: the main address
+            await b.heartbeat()                          # the heartbeat writes them again
+            rows = {r.node_id: r for r in await a.live_rows()}
+            assert rows[2].listeners()["SASL_SSL"] == ("10.0.0.2", 9302)
+        finally:
+            await _close(admin, [a, b])
+    run(main())
+
+
 def test_nodes_register_heartbeat_and_drop_out_of_the_live_list(pg_db):
     async def main():
         admin, (a, b) = await _setup(pg_db)
@@ -182,6 +208,41 @@ def test_nodes_register_heartbeat_and_drop_out_of_the_live_list(pg_db):
             await b.register()                              # a restart
             assert await admin.fetchval(
                 "SELECT started_at FROM groupcoord_nodes WHERE node_id = 2") > started
+        finally:
+            await _close(admin, [a, b])
+    run(main())
+
+
+def test_a_node_id_is_held_by_one_incarnation_until_its_row_is_older_than_the_lease(pg_db):
+    async def main():
+        # Two processes started with --node-id 1 (two PgLeases: two incarnations).
+        admin, (a, b) = await _setup(pg_db, nodes=(1, 1))
+        b.port = 9200
+        try:
+            assert await a.register() is None
+            held = await b.register()               # a's row, seen just now: refused
+            assert (held.host, held.port, held.incarnation) == ("127.0.0.1", 9101,
+                                                                a.incarnation)
+            assert 0 <= held.seen_ms_ago < LEASE_MS and held.last_seen is not None
+            assert await b.heartbeat() is False     # and writes nothing
+            assert await a.heartbeat() is True
+            assert await a.live_nodes() == [(1, "127.0.0.1", 9101)]
+            # a stops heartbeating (dead, paused): once its row is older than the lease, the
+            # id is b's, and a's heartbeat and leave no longer touch the row.
+            await admin.execute("UPDATE groupcoord_nodes SET last_seen = last_seen - "
+                                "interval '1 hour' WHERE node_id = 1")
+            assert await b.register() is None
+            assert await a.heartbeat() is False
+            assert (await a.holder()).port == 9200
+            await a.leave()
+            assert await a.live_nodes() == [(1, "127.0.0.1", 9200)]
+            await b.leave()
+            assert await a.holder() is None
+            # A live row written before schema version 4 (no incarnation) holds the id too.
+            await admin.execute("INSERT INTO groupcoord_nodes (node_id, host, port, started_at,"
+                                " last_seen) VALUES (1, 'old', 1, now(), clock_timestamp())")
+            held = await a.register()
+            assert (held.host, held.incarnation) == ("old", None)
         finally:
             await _close(admin, [a, b])
     run(main())

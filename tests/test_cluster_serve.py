@@ -29,18 +29,19 @@ def _env():
     return dict(os.environ, PYTHONPATH=package_root())
 
 
-def _start(dsn, node_id, tmp_path):
-    p = subprocess.Popen(
-        [sys.executable, "-m", "groupcoord.cli", "serve", "--store", dsn, "--node-id",
-         str(node_id), "--port", "0", "--shards", str(SHARDS), "--lease-ms", "3000",
-         "--topic", "t:3", "--catalog-dir", str(tmp_path / ("catalog-%d" % node_id)),
-         "--loop", "asyncio"],
-        stdout=subprocess.PIPE, stderr=open(tmp_path / ("stderr-%d" % node_id), "w"),
-        text=True, env=_env())
+def _argv(dsn, node_id):
+    return [sys.executable, "-m", "groupcoord.cli", "serve", "--store", dsn, "--node-id",
+            str(node_id), "--port", "0", "--shards", str(SHARDS), "--lease-ms", "3000",
+            "--topic", "t:3", "--loop", "asyncio"]
+
+
+def _start(dsn, node_id, tmp_path, name=None):
+    err = tmp_path / ("stderr-%s" % (name or node_id))
+    p = subprocess.Popen(_argv(dsn, node_id), stdout=subprocess.PIPE, stderr=open(err, "w"),
+                         text=True, env=_env())
     line = p.stdout.readline().rstrip("\n")
     m = LISTEN.match(line)
-    assert m, "node %d: %r; stderr:\n%s" % (node_id, line, (tmp_path / (
-        "stderr-%d" % node_id)).read_text())
+    assert m, "node %d: %r; stderr:\n%s" % (node_id, line, err.read_text())
     assert "postgresql://" in m.group(4)
     return p, int(m.group(2))
 
@@ -109,9 +110,61 @@ def test_two_nodes_form_one_cluster_and_send_groups_to_the_owner(pg_db, tmp_path
 ])
 def test_store_startup_errors_are_one_line_and_exit_1(pg_db, tmp_path, argv, says):  # noqa: F811
     r = subprocess.run([sys.executable, "-m", "groupcoord.cli", "serve", "--port", "0",
-                        "--catalog-dir", str(tmp_path / "cat"),
                         *[a.format(dsn=pg_db) for a in argv]],
                        capture_output=True, text=True, env=_env(), timeout=60)
     errs = [x for x in r.stderr.splitlines() if x.startswith("groupcoord serve: error:")]
     assert r.returncode == 1 and r.stdout == "" and len(errs) == 1, r.stderr
     assert says in errs[0] and "Traceback" not in r.stderr
+
+
+def _stop(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return "killed"
+
+
+def test_a_second_node_with_a_running_node_id_exits_2(pg_db, tmp_path):  # noqa: F811
+    p1, port1 = _start(pg_db, 1, tmp_path)
+    try:
+        r = subprocess.run(_argv(pg_db, 1), capture_output=True, text=True, env=_env(),
+                           timeout=60)
+        errs = [x for x in r.stderr.splitlines() if x.startswith("groupcoord serve: error:")]
+        assert r.returncode == 2 and r.stdout == "" and len(errs) == 1, r.stderr
+        assert "node id 1 is in use by another running node at 127.0.0.1:%d" % port1 \
+            in errs[0] and "last seen" in errs[0] and "Traceback" not in r.stderr, errs[0]
+        # The running node is untouched: it still lists itself at its own port and
+        # coordinates every group.
+        meta, fc = _view(port1)
+        assert [(b.node_id, b.port) for b in meta.brokers] == [(1, port1)]
+        assert p1.poll() is None
+    finally:
+        code = _stop(p1)
+    assert code == 0
+    err = (tmp_path / "stderr-1").read_text()
+    assert " ERROR " not in err and "Traceback" not in err, err
+
+
+def test_a_killed_node_restarts_with_its_node_id(pg_db, tmp_path):  # noqa: F811
+    p1, port1 = _start(pg_db, 1, tmp_path)
+    p1.kill()
+    p1.wait()
+    # At once: the dead node's row is still fresh; the restart waits until it is older than
+    # the lease (nobody heartbeats it), then takes the id and every shard.
+    p2, port2 = _start(pg_db, 1, tmp_path, name="1-again")
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            meta, fc = _view(port2)
+            if all(v == (0, 1, port2) for v in fc.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [(b.node_id, b.port) for b in meta.brokers] == [(1, port2)]
+        assert all(v == (0, 1, port2) for v in fc.values()), fc
+        err = (tmp_path / "stderr-1-again").read_text()
+        assert "waiting until it is older than the lease" in err and "taking the id" in err
+    finally:
+        code = _stop(p2)
+    assert code == 0

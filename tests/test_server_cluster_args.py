@@ -53,13 +53,19 @@ def test_a_file_store_by_default_by_store_and_by_data_dir_alias():
 def test_a_postgresql_store_with_its_defaults_and_overrides():
     a = resolved("--store", PG, "--node-id", "3")
     assert (a.store_kind, a.dsn, a.data_dir) == ("postgresql", PG, None)
-    assert (a.node_id, a.lease_ms, a.catalog_dir) == (3, 10_000, None)
+    assert (a.node_id, a.lease_ms) == (3, 10_000)
     a = resolved("--store", "postgres://gc@h/db", "--node-id", "7", "--lease-ms", "1000")
     assert (a.store_kind, a.node_id, a.lease_ms) == ("postgresql", 7, 1000)
     C.check_cluster_args(a)         # nothing to object to
-    # --catalog-dir (the per-node catalog before it moved into the store) is still accepted,
-    # and ignored with a warning (server/main.py _serve_cluster).
-    assert resolved("--store", PG, "--node-id", "1", "--catalog-dir", "/c").catalog_dir == "/c"
+
+
+def test_the_per_node_catalog_dir_is_gone(capsys):
+    """--catalog-dir (each node's catalog before it moved into the store) is no longer a
+    flag: argparse refuses it (exit 2) instead of a node ignoring it."""
+    with pytest.raises(SystemExit) as e:
+        parse("--store", PG, "--node-id", "1", "--catalog-dir", "/c")
+    assert e.value.code == 2
+    assert "unrecognized arguments: --catalog-dir" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -74,7 +80,6 @@ def test_a_postgresql_store_with_its_defaults_and_overrides():
     (("--store", PG, "--node-id", "1", "--lease-ms", "999"), "--lease-ms must be at least 1000"),
     (("--node-id", "1",), "--node-id: cluster mode only"),
     (("--data-dir", "/d", "--lease-ms", "5000"), "--lease-ms: cluster mode only"),
-    (("--store", "file:/d", "--catalog-dir", "/c"), "--catalog-dir: cluster mode only"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, says):
     status, line = run_error(capsys, *argv)

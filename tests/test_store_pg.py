@@ -129,7 +129,8 @@ def test_migrate_creates_the_schema_once_and_is_idempotent(pg_db):
                 ("last_offset", "bigint", "NO"), ("epoch", "bigint", "NO"),
                 ("batch", "bytea", "NO")]
             assert [c[0] for c in got["groupcoord_nodes"]] == [
-                "node_id", "host", "port", "started_at", "last_seen"]
+                "node_id", "host", "port", "started_at", "last_seen", "incarnation",
+                "endpoints"]
             assert got["groupcoord_shards"] == [
                 ("shard", "integer", "NO"), ("owner", "integer", "YES"),
                 ("epoch", "bigint", "NO"), ("lease_expires", "timestamp with time zone", "YES")]

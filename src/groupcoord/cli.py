@@ -58,6 +58,10 @@ def main(argv=None) -> int:
     _add_log_parser(sub)
     from groupcoord.cluster.status import add_cluster_parser
     add_cluster_parser(sub)
+    from groupcoord.security.users_cli import add_users_parser
+    add_users_parser(sub)
+    from groupcoord.admin_cli.groups import add_groups_parser
+    add_groups_parser(sub)
     args = p.parse_args(argv)
     if args.command in (None, "apis"):
         return cmd_apis(args)
@@ -70,6 +74,12 @@ def main(argv=None) -> int:
     if args.command == "cluster":
         from groupcoord.cluster.status import run as cluster_status
         return cluster_status(args)
+    if args.command == "users":
+        from groupcoord.security.users_cli import run as users_run
+        return users_run(args)
+    if args.command == "groups":
+        from groupcoord.admin_cli.groups import run as groups_run
+        return groups_run(args)
     p.error("unknown command %r" % args.command)  # pragma: no cover - argparse rejects first
     return 2
 

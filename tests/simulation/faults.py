@@ -147,7 +147,8 @@ class FaultInjector:
         return True
 
     def _disk_eio(self) -> bool:
-        self.sim.node.disk.fail_next = self.rng.choice(("write", "fdatasync"))
+        what = self.sim.node.disk.fail_next = self.rng.choice(("write", "fdatasync"))
+        self.sim.trace("fault", "the next %s fails (EIO)" % what)
         return True
 
     def _partition(self) -> bool:

@@ -79,6 +79,9 @@ class Checker:
         self.checks = 0
         # cluster mode: (group id, topic, partition) -> (offset, metadata) last acknowledged
         self.acked_commits: dict = {}
+        # (group id, topic, partition) -> the shard's log end after an operator deleted it: a
+        # commit appended below it and acknowledged later was deleted after it was written
+        self.deleted_at: dict = {}
 
     def violate(self, name: str, detail: str):
         raise InvariantViolation(name, detail)
@@ -159,15 +162,19 @@ class Checker:
             self.offsets[k] = now
 
     # ---------------------------------------------------------------- operator actions
-    def after_operator(self, spec, req, members: bool, held: dict, shard) -> None:
+    def after_operator(self, spec, req, members: bool, held: dict, shard,
+                       log_end: int = None) -> None:
         """The shard applied the admin request at once: offsets it deleted leave the offsets
-        invariant's memory (the group's members may start afresh below them)."""
+        invariant's memory (the group's members may start afresh below them). log_end: the
+        shard's log end after it (its tombstones are below)."""
         gid = spec.group_id
         now = shard.offsets.get(gid) or {} if shard is not None else held
         for (topic, p) in held:
             if (topic, p) not in now:
                 self.offsets.pop((gid, topic, p), None)
                 self.acked_commits.pop((gid, topic, p), None)
+                if log_end is not None:
+                    self.deleted_at[(gid, topic, p)] = log_end
 
     def operator_answer(self, spec, req, resp, members: bool) -> None:
         self.checks += 1
@@ -278,17 +285,20 @@ class Checker:
         self.violate("fencing", "node %d wrote shard %d at offset %d, which another write "
                      "already holds (two writers)" % (node_id, shard, base))
 
-    def note_commit_ack(self, gid: str, req, resp) -> None:
-        """An OffsetCommit's answer was released: what it acknowledged must survive."""
+    def note_commit_ack(self, gid: str, req, resp, log_end: int) -> None:
+        """An OffsetCommit's answer was released: what it acknowledged must survive, unless
+        an operator deleted it after it was appended (log_end: the shard's log end after the
+        commit): a commit slow to become durable is answered after a delete applied since
+        (cluster seed 8 with --operator --liveness --cluster 4)."""
         if not isinstance(req, m.OffsetCommitRequest):
             return
         ok = {(t.name, p.partition_index) for t in resp.topics or () for p in t.partitions
               if p.error_code == 0}
         for t in req.topics or ():
             for p in t.partitions:
-                if (t.name, p.partition_index) in ok:
-                    self.acked_commits[(gid, t.name, p.partition_index)] = (
-                        p.committed_offset, p.committed_metadata)
+                k = (gid, t.name, p.partition_index)
+                if (t.name, p.partition_index) in ok and log_end > self.deleted_at.get(k, -1):
+                    self.acked_commits[k] = (p.committed_offset, p.committed_metadata)
 
     def check_acked(self, index: int, shard, shards: int, where: str) -> None:
         """Every acknowledged commit of the groups on shard `index` is in `shard`'s state."""
@@ -323,6 +333,10 @@ class Checker:
                          % (node.node_id, i, rt.epoch, acked, lg.next_offset))
         self.check_acked(i, rt.shard, rt.config.shards, "node %d's load at epoch %d"
                          % (node.node_id, rt.epoch))
+        # A delete above the loaded end was not durable: later appends reuse its offsets.
+        for k in [k for k, end in self.deleted_at.items()
+                  if end > lg.next_offset and shard_for(k[0], rt.config.shards) == i]:
+            del self.deleted_at[k]
         # Offsets as loaded are the new baseline (an unacknowledged commit may be lost).
         for k in [k for k in self.offsets if k[0] in rt.shard.offsets
                   or k[0] in rt.shard.groups]:

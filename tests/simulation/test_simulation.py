@@ -279,3 +279,24 @@ def test_fixed_classic_late_join_copy_is_not_a_rejoin(seed):
     if seed[0] == "206243":
         code, out = _run("--seed", *seed, "--mutation", "stale-join-counted")
         assert code == 1 and "exclusive" in out, out[-1500:]
+
+
+def test_fixed_final_check_runs_without_an_armed_eio():
+    """Simulator bug, fixed: an EIO injected just before the end of the fault phase (29.934 s),
+    with nothing written since, failed the final check's own flush; flush() raised
+    LogFailedError (its documented answer: those writes are lost) out of the run and the
+    runner died with a traceback instead of checking or reporting the seed. The final checks
+    now disarm the injection (the fault phase is over), and an exception escaping the run is
+    reported as a failing seed with its replay line."""
+    code, out = _run("--seed", "888")
+    assert code == 0, out[-1500:]
+
+
+def test_fixed_cluster_commit_acknowledged_after_a_later_delete():
+    """Checker bug, fixed: an OffsetCommit slow to become durable (a slow store commit) was
+    answered after an operator's DeleteGroups of the then empty group, applied after it; the
+    durability check took the late answer as the newest acknowledged offset and reported the
+    (correct) deletion as a lost commit. A commit answered after a delete counts only if it
+    was appended after it."""
+    code, out = _run("--seed", "8", "--liveness", "--operator", "--cluster", "4")
+    assert code == 0, out[-1500:]

@@ -41,6 +41,7 @@ from groupcoord.client.members_classic_state import (ASSIGNED, COORDINATOR, FATA
                                                      SYNC, UNJOINED, ClassicMemberState)
 from groupcoord.client.members_common import COORDINATOR_ERRORS, CommitFailed, TopicPartition
 from groupcoord.client.members_consumer_state import commit_errors
+from groupcoord.client.security import ClientSecurity
 from groupcoord.protocol import messages as m
 
 __all__ = ["ClassicMember"]
@@ -51,7 +52,9 @@ log = logging.getLogger("groupcoord.client.classic")
 class ClassicMember(MemberDriver):
     """A classic member. Either `topics` (+ `assignors`, preference order; protocol type
     "consumer") or `protocol=CustomProtocol(...)`. `instance_id` makes it static. start()
-    raises CoordinatorNotFound when no bootstrap node answered within `bootstrap_timeout_s`."""
+    raises CoordinatorNotFound when no bootstrap node answered within `bootstrap_timeout_s`.
+    `security` (client/security.py ClientSecurity): TLS and SASL for every connection;
+    refused credentials make start() raise AuthenticationFailed."""
     _log = log
 
     def __init__(self, bootstrap: Any, group_id: str, *,
@@ -61,7 +64,8 @@ class ClassicMember(MemberDriver):
                  rack_id: Optional[str] = None, session_timeout_ms: int = 45_000,
                  rebalance_timeout_ms: int = 300_000, heartbeat_interval_ms: int = 3_000,
                  client_id: str = DEFAULT_CLIENT_ID, request_timeout_s: float = 30.0,
-                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None):
+                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None,
+                 security: Optional[ClientSecurity] = None):
         if (protocol is None) == (topics is None):
             raise ValueError("give topics (consumer protocol) or protocol=, not both")
         self.protocol = protocol if protocol is not None else ConsumerProtocol(
@@ -71,7 +75,8 @@ class ClassicMember(MemberDriver):
                                      rebalance_timeout_ms=rebalance_timeout_ms)
         super().__init__(bootstrap, group_id, client_id, listener=listener,
                          request_timeout_s=request_timeout_s,
-                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff)
+                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff,
+                         security=security)
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000.0
         self._assigned_cb, self._revoked_cb, self._lost_cb = listener_names(self.protocol)
         self.joins = 0                   # JoinGroup requests sent

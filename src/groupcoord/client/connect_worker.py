@@ -51,6 +51,7 @@ from groupcoord.client.errors import (ConnectionClosed, RequestTimeout, Response
                                       UnsupportedApi, CoordinatorNotFound)
 from groupcoord.client.member_driver import DriverTask
 from groupcoord.client.members_common import call_listener
+from groupcoord.client.security import ClientSecurity
 
 __all__ = ["ConnectWorker", "WorkerRebalanceListener", "TaskId", "AssignorSpec"]
 
@@ -80,7 +81,9 @@ class ConnectWorker(DriverTask):
     `member_id` (default a random uuid), `instance_id` (static membership);
     `rebalance_timeout_ms`; `scheduled_rebalance_max_delay_ms` (the incremental cooperative
     assignor's delay when this worker computes); `session_timeout_ms` (after this long without
-    an answer the worker stops its work on its own); `request_timeout_s`.
+    an answer the worker stops its work on its own); `request_timeout_s`; `security`
+    (client/security.py ClientSecurity: TLS and SASL for the worker's own link; a shared
+    `link` has its own).
     """
     _log = log
 
@@ -96,15 +99,19 @@ class ConnectWorker(DriverTask):
                  request_timeout_s: float = 30.0,
                  client_id: str = DEFAULT_CLIENT_ID,
                  link: Optional[CoordinatorLink] = None,
-                 backoff: Optional[Backoff] = None):
+                 backoff: Optional[Backoff] = None,
+                 security: Optional[ClientSecurity] = None):
         super().__init__()
         if link is None:
             if bootstrap is None:
                 raise ValueError("give bootstrap or link")
             link = CoordinatorLink(bootstrap, group_id, client_id,
-                                   request_timeout_s=request_timeout_s)
+                                   request_timeout_s=request_timeout_s, security=security)
             self._own_link = True
         else:
+            if security is not None:
+                raise ValueError("give security to the shared link (CoordinatorLink("
+                                 "..., security=...)), not to the worker")
             self._own_link = False
         self.link = link
         self.group_id = group_id

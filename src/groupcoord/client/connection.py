@@ -1,6 +1,7 @@
 """One pipelined TCP connection to a groupcoord (or Kafka) node, over our codec.
 
     conn = await Connection.open("127.0.0.1", 9092, client_id="my-tool", timeout_s=10)
+    conn = await Connection.open(host, 9093, security=ClientSecurity("SASL_SSL", ...))
     conn.version(ConnectGroupHeartbeatRequest.API_KEY)   # negotiated version (or KeyError)
     resp = await conn.request(ConnectGroupHeartbeatRequest(...))         # that version
     resp = await conn.request(FindCoordinatorRequest(key="g"), version=3, timeout_s=2)
@@ -10,13 +11,22 @@
 
 Life of a connection
 --------------------
-1. TCP connect (bounded by `timeout_s`).
+1. TCP connect, and with `security` of protocol SSL / SASL_SSL the TLS handshake
+   (client/security.py's context; the server's name is checked against `host`). Steps 1 to
+   3 are bounded by `timeout_s` together.
 2. ApiVersions v3. A server that does not know v3 answers with a v0 body carrying
    UNSUPPORTED_VERSION (Kafka's rule: the ApiVersions response header is always v0, so any
    client can read it), and we ask again at v0. For every API key the server advertises, the
    negotiated version is the highest one inside both its range and ours
    (`groupcoord.protocol.supported_versions()`); keys with no overlap are left out.
-3. Requests: each gets the next correlation id and a future; many may be in flight at once.
+3. SASL_PLAINTEXT / SASL_SSL: SaslHandshake v1 with the mechanism, then SaslAuthenticate
+   requests carrying the mechanism's messages (security/scram_client.py: SCRAM-SHA-256/512,
+   which also checks the server's signature, or PLAIN) until the exchange completes. A refusal
+   is AuthenticationFailed with the server's code and message (58 when the client refuses
+   the server: a wrong SCRAM signature or nonce). The SDK does not re-authenticate (KIP-368):
+   a server with connections.max.reauth.ms closes the connection once the session
+   (`session_lifetime_ms`) has expired, and the SDK opens a new one as after any loss.
+4. Requests: each gets the next correlation id and a future; many may be in flight at once.
    Responses are matched by correlation id (our server answers in order, but nothing here
    relies on it). A request that times out is forgotten; its late response is dropped and the
    connection stays usable. When the connection closes, every pending request fails with
@@ -29,15 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from typing import Any, Iterable, Optional, Sequence
 
 from groupcoord.protocol import (ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest,
-                                 FrameSplitter, ProtocolError, decode_response_frame,
+                                 FrameSplitter, ProtocolError, SaslAuthenticateRequest,
+                                 SaslHandshakeRequest, decode_response_frame,
                                  encode_request_frame, supported_versions)
 from groupcoord.protocol.error_codes import ErrorCode, error_name
-from groupcoord.client.errors import (ConnectionClosed, CoordinatorNotFound, RequestTimeout,
-                                      UnsupportedApi)
+from groupcoord.client.errors import (AuthenticationFailed, ConnectionClosed,
+                                      CoordinatorNotFound, RequestTimeout, UnsupportedApi)
+from groupcoord.client.security import ClientSecurity
+from groupcoord.security.scram_client import SaslClientError, sasl_client
 
 __all__ = ["Connection", "find_coordinator", "Backoff", "CoordinatorLink", "negotiate_versions",
            "DEFAULT_CLIENT_ID", "DEFAULT_REQUEST_TIMEOUT_S"]
@@ -46,6 +60,8 @@ DEFAULT_CLIENT_ID = "groupcoord-sdk"
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 FIND_COORDINATOR_KEY = FindCoordinatorRequest.API_KEY
+SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
+SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
 _API_VERSIONS_FIRST = 3  # the first flexible version; Kafka clients start there too
 
 
@@ -155,29 +171,51 @@ class Connection:
         self._closed_event = asyncio.Event()
         self.requests_sent = 0
         self.late_responses_dropped = 0
+        self.security: Optional[ClientSecurity] = None    # as opened
+        self.session_lifetime_ms = 0             # SaslAuthenticate v1+: 0 = no expiry
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
     async def open(cls, host: str, port: int, client_id: Optional[str] = DEFAULT_CLIENT_ID,
                    timeout_s: float = 10.0,
-                   request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> "Connection":
-        """Connect and negotiate versions, both within `timeout_s`. Raises ConnectionClosed
-        (refused, reset, unreachable) or RequestTimeout."""
+                   request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                   security: Optional[ClientSecurity] = None) -> "Connection":
+        """Connect, negotiate versions and (with `security`) do TLS and SASL, all within
+        `timeout_s`. Raises ConnectionClosed (refused, reset, unreachable, a failed TLS
+        handshake: the reason is in the message), RequestTimeout, AuthenticationFailed (SASL
+        refused), or ValueError (`security`'s certificate files cannot be used)."""
         conn = cls(host, port, client_id, request_timeout_s)
         deadline = time.monotonic() + timeout_s
         loop = asyncio.get_running_loop()
+        # The plain path passes exactly what it always did.
+        tls = {} if security is None or not security.uses_ssl else {
+            "ssl": security.ssl_context(), "server_hostname": host}
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda: _WireProtocol(conn), host, port), timeout_s)
+                loop.create_connection(lambda: _WireProtocol(conn), host, port, **tls),
+                timeout_s)
         except asyncio.TimeoutError:
             raise RequestTimeout("connect to %s:%s timed out after %.1f s"
                                  % (host, port, timeout_s)) from None
+        except ssl.SSLError as e:           # also CertificateError: the reason is in e
+            raise ConnectionClosed("TLS handshake with %s:%s failed: %s"
+                                   % (host, port, e)) from e
         except OSError as e:
-            raise ConnectionClosed("cannot connect to %s:%s: %s" % (host, port, e)) from e
+            raise ConnectionClosed("cannot connect to %s:%s%s: %s"
+                                   % (host, port, " (TLS)" if tls else "",
+                                      str(e) or type(e).__name__)) from e
+        conn.security = security
         try:
             await conn._negotiate(deadline)
-        except BaseException:
+            if security is not None and security.uses_sasl:
+                await conn._authenticate(security, deadline)
+        except BaseException as e:
             conn._abort()
+            if isinstance(e, ConnectionClosed) and conn.api_versions_version < 0:
+                # What a listener of another security protocol does: say what we spoke.
+                raise ConnectionClosed("%s before answering ApiVersions (this client speaks "
+                                       "%s)" % (e, security.protocol if security else
+                                                "PLAINTEXT")) from e
             raise
         return conn
 
@@ -198,6 +236,34 @@ class Connection:
         self.api_versions_version = version
         self.server_versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         self.versions = negotiate_versions(resp.api_keys, ours)
+
+    async def _authenticate(self, security: ClientSecurity, deadline: float) -> None:
+        mech = security.sasl_mechanism
+        if (self.versions.get(SASL_HANDSHAKE_KEY, -1) < 1
+                or SASL_AUTHENTICATE_KEY not in self.versions):
+            raise UnsupportedApi("%s offers no SaslHandshake v1 + SaslAuthenticate (needed "
+                                 "for %s)" % (self.address, security.protocol))
+        resp = await self.request(SaslHandshakeRequest(mechanism=mech), version=1,
+                                  timeout_s=max(0.001, deadline - time.monotonic()))
+        if resp.error_code:
+            raise AuthenticationFailed(resp.error_code, "SaslHandshake(%s) refused by %s; it "
+                                       "offers %s" % (mech, self.address,
+                                                      ", ".join(resp.mechanisms) or "none"),
+                                       mech)
+        client = sasl_client(mech, security.sasl_username, security.sasl_password)
+        out: Optional[bytes] = client.initial()
+        while out is not None:
+            resp = await self.request(SaslAuthenticateRequest(auth_bytes=out),
+                                      timeout_s=max(0.001, deadline - time.monotonic()))
+            if resp.error_code:
+                raise AuthenticationFailed(resp.error_code, resp.error_message, mech)
+            try:
+                out = client.step(resp.auth_bytes)
+            except SaslClientError as e:
+                raise AuthenticationFailed(ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                           "%s with %s: %s" % (mech, self.address, e),
+                                           mech) from None
+        self.session_lifetime_ms = resp.session_lifetime_ms
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -343,13 +409,16 @@ async def find_coordinator(bootstrap: Any, group_id: str,
                            client_id: Optional[str] = DEFAULT_CLIENT_ID, *,
                            timeout_s: float = 30.0, backoff: Optional[Backoff] = None,
                            request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                           connect_timeout_s: float = 5.0) -> Connection:
-    """A Connection to the coordinator of `group_id`.
+                           connect_timeout_s: float = 5.0,
+                           security: Optional[ClientSecurity] = None) -> Connection:
+    """A Connection to the coordinator of `group_id` (every connection opened with
+    `security`: TLS / SASL, see Connection.open).
 
     Tries the bootstrap addresses in turn. Connection failures and the retriable answers
     (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR: ask again)
     are retried with `backoff` until `timeout_s` has passed, then CoordinatorNotFound.
-    Any other error code is raised at once as CoordinatorNotFound (e.g. INVALID_REQUEST).
+    Any other error code is raised at once as CoordinatorNotFound (e.g. INVALID_REQUEST),
+    and AuthenticationFailed (credentials refused) at once as itself.
     When the coordinator is the bootstrap node itself, that connection is returned."""
     addrs = _parse_bootstrap(bootstrap)
     backoff = backoff or Backoff()
@@ -360,7 +429,7 @@ async def find_coordinator(bootstrap: Any, group_id: str,
         left = deadline - time.monotonic()
         return await Connection.open(host, port, client_id,
                                      timeout_s=max(0.01, min(connect_timeout_s, left)),
-                                     request_timeout_s=request_timeout_s)
+                                     request_timeout_s=request_timeout_s, security=security)
 
     i = 0
     while True:
@@ -424,7 +493,7 @@ class CoordinatorLink:
     after a failure. Several members of the same group may share one link (and so one
     connection): the load generator and the tests run hundreds of workers over a few.
 
-        link = CoordinatorLink(bootstrap, group_id, client_id="x")
+        link = CoordinatorLink(bootstrap, group_id, client_id="x")   # security=ClientSecurity(...)
         conn = await link.get()          # find_coordinator on first use / after invalidate
         link.invalidate(conn)            # this connection failed or said NOT_COORDINATOR
         await link.close()
@@ -433,8 +502,10 @@ class CoordinatorLink:
     def __init__(self, bootstrap: Any, group_id: str,
                  client_id: Optional[str] = DEFAULT_CLIENT_ID, *,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 find_timeout_s: float = 30.0, backoff: Optional[Backoff] = None):
+                 find_timeout_s: float = 30.0, backoff: Optional[Backoff] = None,
+                 security: Optional[ClientSecurity] = None):
         self.bootstrap = _parse_bootstrap(bootstrap)
+        self.security = security
         self.group_id = group_id
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
@@ -456,7 +527,8 @@ class CoordinatorLink:
             self.finds += 1
             self._finding = asyncio.ensure_future(find_coordinator(
                 self.bootstrap, self.group_id, self.client_id, timeout_s=self.find_timeout_s,
-                backoff=self.backoff, request_timeout_s=self.request_timeout_s))
+                backoff=self.backoff, request_timeout_s=self.request_timeout_s,
+                security=self.security))
             # Its waiters may all be gone (cancelled, killed): a failure is theirs to see,
             # not asyncio's "exception was never retrieved" at exit.
             self._finding.add_done_callback(_seen)

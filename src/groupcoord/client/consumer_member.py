@@ -38,6 +38,7 @@ from groupcoord.client.members_common import COORDINATOR_ERRORS, CommitFailed, T
 from groupcoord.client.members_consumer_state import (FATAL, LEFT, STABLE, UNJOINED,
                                                       ConsumerMemberState, commit_errors,
                                                       fetch_result, new_member_id)
+from groupcoord.client.security import ClientSecurity
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
@@ -54,7 +55,8 @@ class ConsumerMember(MemberDriver):
     asks the coordinator for one of its assignors (`uniform`, `range`); `instance_id` makes it
     a static member. `member_id` is generated (v1) unless given. start() (and `async with`)
     raises CoordinatorNotFound, naming the bootstrap addresses, when no node answered within
-    `bootstrap_timeout_s`."""
+    `bootstrap_timeout_s`. `security` (client/security.py ClientSecurity): TLS and SASL for
+    every connection; refused credentials make start() raise AuthenticationFailed."""
     _log = log
 
     def __init__(self, bootstrap: Any, group_id: str, *,
@@ -63,7 +65,8 @@ class ConsumerMember(MemberDriver):
                  rack_id: Optional[str] = None, server_assignor: Optional[str] = None,
                  rebalance_timeout_ms: int = 300_000, member_id: Optional[str] = None,
                  client_id: str = DEFAULT_CLIENT_ID, request_timeout_s: float = 30.0,
-                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None):
+                 bootstrap_timeout_s: float = 30.0, backoff: Optional[Backoff] = None,
+                 security: Optional[ClientSecurity] = None):
         self.sm = ConsumerMemberState(group_id, topics=topics, regex=regex,
                                       member_id=member_id if member_id is not None else "",
                                       instance_id=instance_id, rack_id=rack_id,
@@ -72,7 +75,8 @@ class ConsumerMember(MemberDriver):
         self._member_id_given = member_id is not None
         super().__init__(bootstrap, group_id, client_id, listener=listener,
                          request_timeout_s=request_timeout_s,
-                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff)
+                         bootstrap_timeout_s=bootstrap_timeout_s, backoff=backoff,
+                         security=security)
         self.heartbeats = 0                 # accepted heartbeat responses
         self.stale_commit_retries = 0       # commits retried after STALE_MEMBER_EPOCH
         self.rejoins = 0                    # fenced / unknown-member rejoins

@@ -11,16 +11,21 @@
     │                                promises
     ├── CoordinatorNotFound          find_coordinator gave up (deadline passed)
     └── ResponseError                a response carried an error code; also a
-                                     `groupcoord.protocol.error_codes.KafkaError`, so
-                                     `.code` is the ErrorCode and `.retriable` is Kafka's
+        │                            `groupcoord.protocol.error_codes.KafkaError`, so
+        │                            `.code` is the ErrorCode and `.retriable` is Kafka's
+        └── AuthenticationFailed     SASL refused (SaslHandshake / SaslAuthenticate's code:
+                                     SASL_AUTHENTICATION_FAILED 58, UNSUPPORTED_SASL_MECHANISM
+                                     33, ILLEGAL_SASL_STATE 34, and the server's message), or
+                                     the server failed to prove itself (SCRAM: 58). Not
+                                     retried: a member's start() raises it
 """
 from __future__ import annotations
 
 from groupcoord.protocol.error_codes import ErrorCode, KafkaError, error_name
 
 __all__ = ["ClientError", "ConnectionClosed", "RequestTimeout", "UnsupportedApi",
-           "CoordinatorNotFound", "ResponseError", "raise_for_error", "ErrorCode",
-           "KafkaError", "error_name"]
+           "CoordinatorNotFound", "ResponseError", "AuthenticationFailed", "raise_for_error",
+           "ErrorCode", "KafkaError", "error_name"]
 
 
 class ClientError(Exception):
@@ -52,6 +57,16 @@ class CoordinatorNotFound(ClientError):
 
 class ResponseError(ClientError, KafkaError):
     """A response's error code, raised. `.code` (ErrorCode or int), `.message`, `.retriable`."""
+
+
+class AuthenticationFailed(ResponseError):
+    """SASL authentication failed. `.code` the server's error code (58 when the client
+    refused the server's messages), `.message` the server's message (or why the client
+    refused), `.mechanism` the SASL mechanism. Never holds a password."""
+
+    def __init__(self, code: int, message: str | None = None, mechanism: str | None = None):
+        super().__init__(code, message)
+        self.mechanism = mechanism
 
 
 def raise_for_error(code: int, message: str | None = None) -> None:

@@ -27,6 +27,7 @@ from groupcoord.client.errors import (ConnectionClosed, CoordinatorNotFound, Req
                                       ResponseError)
 from groupcoord.client.members_common import (COORDINATOR_ERRORS, MemberLink, call_listener,
                                               retry_pause)
+from groupcoord.client.security import ClientSecurity
 
 __all__ = ["DriverTask", "MemberDriver", "NETWORK_ERRORS"]
 
@@ -98,7 +99,8 @@ class MemberDriver(DriverTask):
 
     def __init__(self, bootstrap: Any, group_id: str, client_id: str, *, listener: Any,
                  request_timeout_s: float, bootstrap_timeout_s: float,
-                 backoff: Optional[Backoff]) -> None:
+                 backoff: Optional[Backoff],
+                 security: Optional[ClientSecurity] = None) -> None:
         super().__init__()
         self.listener = listener
         self.request_timeout_s = request_timeout_s
@@ -106,7 +108,7 @@ class MemberDriver(DriverTask):
         self.bootstrap_timeout_s = bootstrap_timeout_s
         self.link = MemberLink(bootstrap, group_id, client_id,
                                request_timeout_s=request_timeout_s, backoff=self.backoff,
-                               find_timeout_s=bootstrap_timeout_s)
+                               find_timeout_s=bootstrap_timeout_s, security=security)
 
     @property
     def group_id(self) -> str:

@@ -28,6 +28,16 @@ Store failures are failed calls to the machine (it retries renewals after retry_
 up on a lease at its deadline); the refresh backs off exponentially up to the renew period.
 They are logged once per STORE_LOG_EVERY_MS (with the number of calls that failed), and once
 when the store answers again; the node never stops because of them.
+
+One process per node id (the id is also the shards' owner in the store, so two processes with
+one id would share leases). At start the node takes its id's row for its incarnation
+(PgLeases.register). A row of another incarnation seen within the lease is a node that died
+less than a lease ago or a live node with the same id: the node watches it for up to two
+leases; once it is older than the lease the id is taken, and if it is heartbeated meanwhile
+(last_seen moves) start raises NodeIdInUseError (serve: exit status 2). A running node whose
+heartbeat finds its row taken by another incarnation cannot tell which of the two is wrong: it
+logs an ERROR, stops heartbeating and hands its shards off (unload, release; the epochs fence
+any write of either), and serves nothing until it is restarted.
 """
 from __future__ import annotations
 
@@ -39,21 +49,36 @@ from typing import Callable, List, Optional, Set, Tuple
 from groupcoord.cluster.balance import shards_of, target
 from groupcoord.cluster.leases import (Acquire, LeaseConfig, LeaseMachine, Load, Release, Renew,
                                        State, Unload)
-from groupcoord.cluster.pg_leases import PgLeases, ShardRow
+from groupcoord.cluster.pg_leases import IdHolder, PgLeases, ShardRow
 
-__all__ = ["ClusterNode", "STORE_LOG_EVERY_MS"]
+__all__ = ["ClusterNode", "NodeIdInUseError", "STORE_LOG_EVERY_MS"]
 
 log = logging.getLogger("groupcoord.cluster")
 
 STORE_LOG_EVERY_MS = 10_000     # at most one line about store failures per this interval
 
-# A node that leaves drops out of the others' live sets at once instead of a lease later, so
-# they target its shards while it hands them off (they take each one when it is released).
-_LEAVE = "DELETE FROM groupcoord_nodes WHERE node_id = $1"
 
 
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+def _holder(h: IdHolder) -> str:
+    when = h.last_seen.isoformat(timespec="milliseconds") if h.last_seen is not None else "?"
+    return "%s:%d, last seen %d ms ago (%s by the store's clock)" % (h.host, h.port,
+                                                                     h.seen_ms_ago, when)
+
+
+class NodeIdInUseError(RuntimeError):
+    """Another live process holds this node id in the store."""
+
+    def __init__(self, node_id: int, holder: IdHolder):
+        super().__init__(
+            "node id %d is in use by another running node at %s: give every node its own "
+            "--node-id (a node that died frees its id once it has not been seen for the "
+            "lease)" % (node_id, _holder(holder)))
+        self.node_id = node_id
+        self.holder = holder
 
 
 class _StoreHealth:
@@ -92,13 +117,17 @@ _FAILED = object()      # a store call that raised or timed out
 
 class ClusterNode:
     def __init__(self, pool, shards, *, node_id: int, host: str, port: int, lease_ms: int,
+                 endpoints: Optional[dict] = None,
                  shard_count: int, clock: Callable[[], int] = _monotonic_ms):
         self.node_id = node_id
         self.host = host
         self.port = port
         self.shard_count = shard_count
         self.shards = shards
-        self.leases = PgLeases(pool, node_id, lease_ms, host=host, port=port)
+        self.leases = PgLeases(pool, node_id, lease_ms, host=host, port=port,
+                               endpoints=endpoints)
+        # {node id: {listener: (host, port)}} of the live nodes with several listeners.
+        self._endpoints: dict = {node_id: dict(endpoints)} if endpoints else {}
         self.machine = LeaseMachine(shard_count, LeaseConfig(lease_ms=lease_ms))
         self.config = self.machine.config
         self._clock = clock
@@ -115,12 +144,20 @@ class ClusterNode:
         self._running = False
         self._closing = False
         self._warned_rows = False
+        self.displaced: Optional[IdHolder] = None   # another incarnation took the node id
 
     # ------------------------------------------------------------------ the server's view
-    def brokers(self) -> List[Tuple[int, str, int]]:
+    def brokers(self, listener: Optional[str] = None) -> List[Tuple[int, str, int]]:
         """(node_id, host, port) of the live nodes as last read, by node id, this one
-        included."""
-        return list(self._brokers)
+        included; with ``listener``, each node's address on that listener (a node that
+        registered no such listener: its main address)."""
+        if listener is None or not self._endpoints:
+            return list(self._brokers)
+        out = []
+        for i, h, p in self._brokers:
+            h, p = self._endpoints.get(i, {}).get(listener, (h, p))
+            out.append((i, h, p))
+        return out
 
     def controller_id(self) -> int:
         return self._brokers[0][0]
@@ -138,7 +175,8 @@ class ClusterNode:
         if self.machine.serving(shard, self._clock()):
             return self.node_id
         row = self._rows[shard]
-        if row is None or row.owner is None or row.owner == self.node_id:
+        if row is None or row.owner is None or (row.owner == self.node_id
+                                                and self.displaced is None):
             return None
         if row.lease_left_ms is None or row.lease_left_ms <= 0:
             return None
@@ -146,11 +184,12 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Register the node (raises if the store cannot be reached), read the cluster once
-        and start the background tasks."""
+        """Register the node (raises if the store cannot be reached; NodeIdInUseError if
+        another live process holds the node id), read the cluster once and start the
+        background tasks."""
         if self._running:
             raise RuntimeError("node %d already started" % self.node_id)
-        await asyncio.wait_for(self.leases.register(), self._call_timeout)
+        await self._take_id()
         self._running = True
         await self._refresh()
         self._spawn(self._run())
@@ -158,6 +197,32 @@ class ClusterNode:
         log.info("node %d: joined the cluster at %s:%d (lease %d ms, %d shards, live nodes %s)",
                  self.node_id, self.host, self.port, self.config.lease_ms, self.shard_count,
                  [b[0] for b in self._brokers])
+
+    async def _take_id(self) -> None:
+        """Take the node id's row. Held by another incarnation seen within the lease: poll
+        until the row is older than the lease (its process died: take it) or is heartbeated
+        (a live process with the same id: NodeIdInUseError); two leases at most, since a
+        live node heartbeats every lease/3."""
+        first: Optional[IdHolder] = None
+        deadline = 0
+        lease = self.config.lease_ms
+        while True:
+            holder = await asyncio.wait_for(self.leases.register(), self._call_timeout)
+            if holder is None:
+                if first is not None:
+                    log.info("node %d: the node id's previous holder was not seen for the "
+                             "lease: taking the id", self.node_id)
+                return
+            if first is None:
+                first, deadline = holder, self._clock() + 2 * lease
+                log.warning("node %d: the store's row of node id %d belongs to another "
+                            "process (%s); waiting until it is older than the lease (a node "
+                            "that died) or is heartbeated (a live node with the same id)",
+                            self.node_id, self.node_id, _holder(holder))
+            elif (holder.incarnation != first.incarnation or holder.last_seen != first.last_seen
+                    or self._clock() >= deadline):
+                raise NodeIdInUseError(self.node_id, holder)
+            await asyncio.sleep(max(50, lease // 10) / 1000.0)
 
     async def close(self) -> None:
         """Leave the cluster: stop heartbeating, drop out of the live nodes, hand every shard
@@ -169,7 +234,9 @@ class ClusterNode:
         # No heartbeat may re-create the row deleted next (a slower hand-off otherwise).
         self._refresh_task.cancel()
         await asyncio.gather(self._refresh_task, return_exceptions=True)
-        await self._store("leave", self.leases.db.execute(_LEAVE, self.node_id))
+        # Out of the others' live sets at once instead of a lease later, so they target its
+        # shards while it hands them off (they take each one when it is released).
+        await self._store("leave", self.leases.leave())
         self.machine.set_target(())
         self._wake.set()
         bound = 2 * self.config.lease_ms / 1000.0 + 5.0
@@ -244,15 +311,25 @@ class ClusterNode:
     async def _refresh(self) -> bool:
         """Heartbeat, read the live nodes and the owners, set the target; False: a call
         failed (the previous view and target stay)."""
-        if await self._store("heartbeat", self.leases.heartbeat()) is _FAILED:
+        if self.displaced is None:
+            mine = await self._store("heartbeat", self.leases.heartbeat())
+            if mine is _FAILED:
+                return False
+            if not mine:
+                holder = await self._store("read the node row", self.leases.holder())
+                self._displace(holder if isinstance(holder, IdHolder) else None)
+        rows = await self._store("read nodes", self.leases.live_rows())
+        if rows is _FAILED:
             return False
-        live = await self._store("read nodes", self.leases.live_nodes())
-        if live is _FAILED:
-            return False
+        live = [(r.node_id, r.host, r.port) for r in rows]
+        ends = {r.node_id: r.listeners() for r in rows if r.endpoints}
+        if self.leases.endpoints and self.node_id not in ends:
+            ends[self.node_id] = self._endpoints.get(self.node_id, {})
+        self._endpoints = ends
         rows = await self._store("read shards", self.leases.shards())
         if rows is _FAILED or self._closing:
             return False
-        if all(b[0] != self.node_id for b in live):
+        if self.displaced is None and all(b[0] != self.node_id for b in live):
             live.append((self.node_id, self.host, self.port))   # it has just heartbeated
         self._brokers = sorted(live)
         by_shard: List[Optional[ShardRow]] = [None] * self.shard_count
@@ -264,11 +341,28 @@ class ClusterNode:
             log.warning("node %d: the store has %d shard rows, this node runs %d shards",
                         self.node_id, len(rows), self.shard_count)
         self._rows = by_shard
+        if self.displaced is not None:
+            return True             # the view stays current; the target stays empty
         owners = target(self.shard_count, [b[0] for b in self._brokers],
                         [None if r is None else r.owner for r in by_shard])
         self.machine.set_target(shards_of(self.node_id, owners))
         self._wake.set()
         return True
+
+    def _displace(self, holder: Optional[IdHolder]) -> None:
+        """Another incarnation took the node id's row: either it or this process was started
+        with the wrong id, which neither can tell. Stop: no heartbeat, every shard handed off
+        (the epochs fence whatever either of the two still writes)."""
+        self.displaced = holder or IdHolder("?", 0, None, None, None, -1)
+        log.error("node %d: another process took node id %d in the store (%s): two nodes run "
+                  "with --node-id %d; this node stops heartbeating and hands off its shards "
+                  "%s, and serves none until restarted with its own id",
+                  self.node_id, self.node_id,
+                  _holder(holder) if holder is not None else "its row is gone or unreadable",
+                  self.node_id, [i for i in range(self.shard_count)
+                                 if self.machine.state(i) is not State.NOT_OWNED])
+        self.machine.set_target(())
+        self._wake.set()
 
     async def _store(self, what: str, call):
         """The store call's result, or _FAILED (logged once per interval)."""

@@ -1,8 +1,8 @@
-"""Shard leases and the node registry in PostgreSQL (asyncpg), over schema version 1
-(storage/pg_schema.py creates it):
+"""Shard leases and the node registry in PostgreSQL (asyncpg), over schema version 1 and
+version 4's incarnation column (storage/pg_schema.py creates them):
 
     groupcoord_nodes(node_id int PRIMARY KEY, host text, port int,
-                     started_at timestamptz, last_seen timestamptz)
+                     started_at timestamptz, last_seen timestamptz, incarnation text NULL)
     groupcoord_shards(shard int PRIMARY KEY, owner int NULL, epoch bigint NOT NULL DEFAULT 0,
                       lease_expires timestamptz NULL)
 
@@ -17,13 +17,22 @@ Each operation is one statement (autocommit), so a race between nodes is settled
 lock: the loser's UPDATE re-reads the winner's row and no longer matches. ``db`` is an asyncpg
 Connection or Pool. Errors (connection lost, server down) are raised as asyncpg or OS errors;
 the caller reports them to the lease machine as a failed call and retries.
+
+A node id belongs to one process at a time, its **incarnation** (a random token per PgLeases):
+``register`` takes the id's row only if the row is this incarnation's, or was not seen within
+the lease (the process that held it died or left), else it answers the holder's row; the
+heartbeat renews only a row of this incarnation and says when another one holds it. The node
+id is also the shards' owner, so two processes with one id would share their leases: the
+check keeps the second one out (cluster/node.py decides what to do about it).
 """
 from __future__ import annotations
 
+import json
+import secrets
 from typing import Iterable, List, NamedTuple, Optional, Set, Tuple
 
-__all__ = ["PgLeases", "NodeRow", "ShardRow", "read_nodes", "read_shards", "missing_tables",
-           "TABLES"]
+__all__ = ["PgLeases", "NodeRow", "ShardRow", "IdHolder", "read_nodes", "read_shards",
+           "missing_tables", "TABLES"]
 
 TABLES = ("groupcoord_schema_version", "groupcoord_nodes", "groupcoord_shards")
 
@@ -58,19 +67,35 @@ _RELEASE = """
 UPDATE groupcoord_shards SET owner = NULL, lease_expires = NULL
  WHERE shard = $1 AND owner = $2 AND epoch = $3"""
 
-# register: a (re)start sets started_at; heartbeat keeps it (and re-creates a deleted row).
+# register: a (re)start sets started_at and takes the row if it is free (its own, or not seen
+# within the lease $5); heartbeat keeps started_at, renews only its own incarnation's row (and
+# re-creates a deleted one). No row returned: another incarnation holds the id.
 _UPSERT_NODE = """
-INSERT INTO groupcoord_nodes (node_id, host, port, started_at, last_seen)
-VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp())
+INSERT INTO groupcoord_nodes (node_id, host, port, started_at, last_seen, incarnation,
+                              endpoints)
+VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp(), $4, $5)
 ON CONFLICT (node_id) DO UPDATE
-   SET host = EXCLUDED.host, port = EXCLUDED.port, last_seen = EXCLUDED.last_seen%s"""
-_REGISTER = _UPSERT_NODE % ", started_at = EXCLUDED.started_at"
-_HEARTBEAT = _UPSERT_NODE % ""
+   SET host = EXCLUDED.host, port = EXCLUDED.port, last_seen = EXCLUDED.last_seen,
+       endpoints = EXCLUDED.endpoints%s
+ WHERE groupcoord_nodes.incarnation = EXCLUDED.incarnation%s
+RETURNING node_id"""
+_REGISTER = _UPSERT_NODE % (
+    ", started_at = EXCLUDED.started_at, incarnation = EXCLUDED.incarnation",
+    "\n    OR groupcoord_nodes.last_seen <= clock_timestamp() - " + _MS % 6)
+_HEARTBEAT = _UPSERT_NODE % ("", "")
+
+_HOLDER = """
+SELECT host, port, incarnation, started_at, last_seen,
+       (extract(epoch FROM clock_timestamp() - last_seen) * 1000)::bigint AS seen_ms_ago
+  FROM groupcoord_nodes
+ WHERE node_id = $1"""
+
+_LEAVE = "DELETE FROM groupcoord_nodes WHERE node_id = $1 AND incarnation = $2"
 
 _NODES = """
 SELECT node_id, host, port, started_at, last_seen,
        (extract(epoch FROM clock_timestamp() - last_seen) * 1000)::bigint AS seen_ms_ago,
-       last_seen > clock_timestamp() - """ + _MS % 1 + """ AS live
+       last_seen > clock_timestamp() - """ + _MS % 1 + """ AS live, endpoints
   FROM groupcoord_nodes
  ORDER BY node_id"""
 
@@ -89,6 +114,27 @@ class NodeRow(NamedTuple):
     last_seen: object
     seen_ms_ago: int            # by the database's clock
     live: bool                  # seen within the lease
+    endpoints: Optional[str] = None     # JSON {listener: [host, port]} (schema v5)
+
+    def listeners(self) -> dict:
+        """{listener name: (host, port)}; {} for a node with one listener (or unreadable
+        JSON: the row's host and port then stand for every listener)."""
+        if not self.endpoints:
+            return {}
+        try:
+            return {k: (str(v[0]), int(v[1])) for k, v in json.loads(self.endpoints).items()}
+        except (ValueError, TypeError, IndexError, AttributeError):
+            return {}
+
+
+class IdHolder(NamedTuple):
+    """The row of a node id as another incarnation left it."""
+    host: str
+    port: int
+    incarnation: Optional[str]  # None: written by a node older than schema version 4
+    started_at: object          # datetime (timezone-aware)
+    last_seen: object
+    seen_ms_ago: int            # by the database's clock
 
 
 class ShardRow(NamedTuple):
@@ -116,7 +162,8 @@ async def missing_tables(db) -> List[str]:
 class PgLeases:
     """One node's lease operations. lease_ms is the lease every grant and renewal sets."""
 
-    def __init__(self, db, node_id: int, lease_ms: int, host: str = "", port: int = 0):
+    def __init__(self, db, node_id: int, lease_ms: int, host: str = "", port: int = 0,
+                 endpoints: Optional[dict] = None):
         if node_id <= 0:
             raise ValueError("node_id must be a positive integer, got %d" % node_id)
         if lease_ms <= 0:
@@ -126,19 +173,48 @@ class PgLeases:
         self.lease_ms = lease_ms
         self.host = host
         self.port = port
+        self.incarnation = secrets.token_hex(8)
+        # {listener: (host, port)} when the node has several listeners (NodeRow.listeners).
+        self.endpoints = (json.dumps({k: [h, p] for k, (h, p) in sorted(endpoints.items())})
+                          if endpoints else None)
 
-    async def register(self) -> None:
-        """Upsert this node's row at start: address, started_at and last_seen = now."""
-        await self.db.execute(_REGISTER, self.node_id, self.host, self.port)
+    async def register(self) -> Optional[IdHolder]:
+        """Take this node id's row at start (address, started_at and last_seen = now, this
+        incarnation) if it is ours or not seen within the lease: None. Else the row of the
+        other incarnation that holds the id."""
+        while True:
+            if await self.db.fetchval(_REGISTER, self.node_id, self.host, self.port,
+                                      self.incarnation, self.endpoints,
+                                      self.lease_ms) is not None:
+                return None
+            holder = await self.holder()
+            if holder is not None:
+                return holder
+            # Deleted between the two statements (its node left): try again.
 
-    async def heartbeat(self) -> None:
-        """last_seen = now (the node stays in live_nodes for one lease after this)."""
-        await self.db.execute(_HEARTBEAT, self.node_id, self.host, self.port)
+    async def heartbeat(self) -> bool:
+        """last_seen = now (the node stays in live_nodes for one lease after this). False:
+        the row belongs to another incarnation now (nothing was written)."""
+        return await self.db.fetchval(_HEARTBEAT, self.node_id, self.host, self.port,
+                                      self.incarnation, self.endpoints) is not None
+
+    async def holder(self) -> Optional[IdHolder]:
+        """This node id's row as it is now (None: there is none)."""
+        rows = await self.db.fetch(_HOLDER, self.node_id)
+        return IdHolder(*rows[0]) if rows else None
+
+    async def leave(self) -> None:
+        """Delete this node's row, if it is still this incarnation's: the others drop it from
+        the live nodes at once instead of a lease later."""
+        await self.db.execute(_LEAVE, self.node_id, self.incarnation)
 
     async def live_nodes(self) -> List[Tuple[int, str, int]]:
         """(node_id, host, port) of every node seen within the lease, by node id."""
-        return [(r.node_id, r.host, r.port) for r in await read_nodes(self.db, self.lease_ms)
-                if r.live]
+        return [(r.node_id, r.host, r.port) for r in await self.live_rows()]
+
+    async def live_rows(self) -> List[NodeRow]:
+        """The rows of every node seen within the lease, by node id."""
+        return [r for r in await read_nodes(self.db, self.lease_ms) if r.live]
 
     async def acquire(self, shard: int) -> Optional[int]:
         """Take the shard if it is free (no owner, or its lease expired by the database's

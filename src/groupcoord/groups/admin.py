@@ -27,12 +27,12 @@ this project's: Kafka keeps group configs in its metadata log's config store).
 """
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Optional
 
 from groupcoord.groups import group_config as gc
 from groupcoord.groups.consumer.group import ConsumerGroup
+from groupcoord.groups.lifecycle import GROUP_DELETED, Event
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import RequestContext, Result
 from groupcoord.protocol import messages as m
@@ -40,7 +40,6 @@ from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["GROUP_RESOURCE", "GROUP_OPERATIONS"]
 
-log = logging.getLogger("groupcoord.groups")
 
 GROUP_RESOURCE = 32                 # ConfigResource.Type.GROUP
 _RESOURCE_NAMES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS"}
@@ -100,7 +99,7 @@ def delete_groups(shard, req: m.DeleteGroupsRequest, ctx: RequestContext) -> Res
     records: list = []
     timers: list = []
     codes: dict = {}                    # a group named twice is deleted once
-    n_offsets = 0
+    events: list = []
     for gid in req.groups_names:
         if gid in codes:
             continue
@@ -117,18 +116,15 @@ def delete_groups(shard, req: m.DeleteGroupsRequest, ctx: RequestContext) -> Res
         committed = shard.offsets.get(gid, {})
         records.extend(Record(m.OffsetCommitKey(group=gid, topic=t, partition=p), None)
                        for t, p in sorted(committed))
-        n_offsets += len(committed)
         records.extend(deletion[0])
         timers.extend(deletion[1])
         codes[gid] = 0
-    deleted = [gid for gid, c in codes.items() if not c]
-    if deleted:
-        log.info("DeleteGroups: deleting %d group(s) (%s) and %d offset(s)", len(deleted),
-                 ", ".join(repr(g[:256]) for g in deleted[:10])
-                 + (", ..." if len(deleted) > 10 else ""), n_offsets)
+        events.append(Event(kind=GROUP_DELETED, group=gid, type=g.TYPE, reason="delete-request",
+                            offsets=len(committed)))
     results = [m.DeleteGroupsResponseDeletableGroupResult(group_id=gid, error_code=codes[gid])
                for gid in req.groups_names]
-    return Result(m.DeleteGroupsResponse(results=results), tuple(records), tuple(timers))
+    return Result(m.DeleteGroupsResponse(results=results), tuple(records), tuple(timers),
+                  events=tuple(events))
 
 
 # ----------------------------------------------------------------------------- OffsetDelete

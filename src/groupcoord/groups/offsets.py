@@ -49,7 +49,6 @@ transactional offsets here, so nothing is ever unstable.
 """
 from __future__ import annotations
 
-import logging
 from itertools import islice
 
 import msgspec
@@ -57,6 +56,7 @@ import msgspec
 from groupcoord.groups import limits
 from groupcoord.groups.classic.group import new_empty_group
 from groupcoord.groups.errors import error_response
+from groupcoord.groups.lifecycle import GROUP_DELETED, OFFSETS_EXPIRED, Event
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import RequestContext, Result, TimerKey, Volatile
 from groupcoord.groups.timers import OFFSETS_RETENTION
@@ -67,8 +67,6 @@ __all__ = ["RETENTION", "RetentionProgress",
            "retention_timer", "RETENTION_SCAN_MAX", "RETENTION_EXPIRE_MAX",
            "RETENTION_CONTINUE_MS", "OffsetCommitShape", "commit_shape", "commit_shape_error",
            "shape_code"]
-
-log = logging.getLogger("groupcoord.groups")
 
 
 # ---------------------------------------------------------------------------- OffsetCommit
@@ -357,8 +355,7 @@ def _retention_check(shard, key: TimerKey, now: int) -> Result:
     else:
         groups, gpos, opos = sweep.groups, sweep.group_pos, sweep.offset_pos
     scan, budget = RETENTION_SCAN_MAX, RETENTION_EXPIRE_MAX
-    records, timers = [], []
-    n_expired = n_deleted = 0
+    records, timers, events = [], [], []
     while gpos < len(groups) and scan > 0 and budget > 0:
         gid = groups[gpos]
         g = shard.groups.get(gid)
@@ -369,6 +366,7 @@ def _retention_check(shard, key: TimerKey, now: int) -> Result:
         committed = shard.offsets.get(gid)
         n = len(committed) if committed else 0
         expired = 0
+        topics = set()
         rule = _expiry_rule(g) if n else None
         if rule is None:
             opos = n                            # none to examine, or all kept
@@ -383,8 +381,11 @@ def _retention_check(shard, key: TimerKey, now: int) -> Result:
                     records.append(Record(m.OffsetCommitKey(group=gid, topic=topic,
                                                             partition=part), None))
                     expired += 1
+                    topics.add(topic)
                     budget -= 1
-        n_expired += expired
+        if expired:
+            events.append(Event(kind=OFFSETS_EXPIRED, group=gid, type=g.TYPE,
+                                offsets=expired, topics=tuple(sorted(topics))))
         if opos < n:
             # Out of budget inside this group: the next firing resumes here, where the
             # offsets expired now (all before this position) will be gone.
@@ -395,18 +396,16 @@ def _retention_check(shard, key: TimerKey, now: int) -> Result:
             if deletion is not None:
                 records.extend(deletion[0])
                 timers.extend(deletion[1])
-                n_deleted += 1
+                events.append(Event(kind=GROUP_DELETED, group=gid, type=g.TYPE,
+                                    reason="empty-expired"))
         gpos, opos = gpos + 1, 0
     done = gpos >= len(groups)
     if not (done and sweep is None):            # the sweep's position changed
         records.append(RetentionProgress(() if done else groups, gpos, opos))
     timers.append((key, now + (cfg.offsets_retention_check_interval_ms if done
                                else RETENTION_CONTINUE_MS)))
-    if n_expired or n_deleted:
-        log.info("offsets retention: %d offset(s) expired, %d empty group(s) deleted (%d of %d "
-                 "groups swept%s)", n_expired, n_deleted, gpos, len(groups),
-                 "" if done else "; the sweep goes on")
-    return Result(None, tuple(records), tuple(timers))
+    # What expired and which groups went are lifecycle events (one per group), not a line.
+    return Result(None, tuple(records), tuple(timers), events=tuple(events))
 
 
 def _replay_progress(shard, ev: RetentionProgress, _value) -> None:

@@ -34,7 +34,8 @@ from groupcoord.groups.consumer.group import SESSION_TIMER as CONSUMER_SESSION
 from groupcoord.groups.classic import events as classic_events
 from groupcoord.groups.classic import group as classic_group
 from groupcoord.groups.classic import rebalance as classic_rebalance
-from groupcoord.groups.modern.group import Unconfirmed, replay_unconfirmed
+from groupcoord.groups.modern.group import (RebalanceProgress, Unconfirmed, replay_progress,
+                                            replay_unconfirmed)
 from groupcoord.groups.record_types import RecordType as RT
 from groupcoord.protocol import api_keys as K
 
@@ -97,6 +98,7 @@ REPLAYERS = {
     classic_events.JoinCompleted: classic_events._replay_event,
     classic_events.SyncReceived: classic_events._replay_event,
     Unconfirmed: replay_unconfirmed,    # consumer and connect groups
+    RebalanceProgress: replay_progress,  # consumer and connect groups (lifecycle log)
     ChooseWorker: connect_replay._replay_choose,
     Prepared: connect_replay._replay_prepared,
 }

@@ -11,6 +11,10 @@ timer operations, and finally delivers ``response`` and ``completions``.
   * :class:`Volatile` events: in-memory only (e.g. a classic member waiting at the join
     barrier, the connect worker chosen to compute an assignment). They are lost on restart,
     exactly like Kafka's in-flight classic rebalances; clients recover by rejoining.
+
+``events`` are lifecycle events (lifecycle.py: a member joined, a rebalance completed, ...):
+data for the runtime's log lines, neither replayed nor written, so that replay (recovery)
+reports nothing again and the state machines make no logging call.
 """
 from __future__ import annotations
 
@@ -56,13 +60,16 @@ class Result(NamedTuple):
     completions before it registers ``park`` (so a request may supersede its own key).
     offload: assignor runs the runtime should do off the event loop (consumer.AssignorJob);
     their results come back through ``consumer.install_offloaded``. Shards configured without
-    an offload threshold never produce any."""
+    an offload threshold never produce any.
+    events: lifecycle.Event values for the log (the runtime writes them once the Result is
+    applied; Shard.apply ignores them)."""
     response: Any
     records: tuple = ()
     timers: tuple = ()
     completions: tuple = ()
     park: Optional[ParkKey] = None
     offload: tuple = ()
+    events: tuple = ()
 
 
 EMPTY = Result(None)

@@ -5,6 +5,7 @@ nothing else. Every group type's handlers stage through it:
     tx.emit(record_or_event)            # in replay order
     tx.schedule(timer_key, deadline)    # deadline None cancels
     tx.complete(park_key, response)     # answers a parked request
+    tx.note(lifecycle_event)            # for the log only (lifecycle.py)
     return tx.result(response)          # -> Result; Shard.apply replays it
 
 Staging never touches the shard: ``Shard.apply`` replays the records (the only mutator) and
@@ -30,6 +31,7 @@ class GroupTx:
         self.timers: list = []          # (TimerKey, deadline or None)
         self.completions: list = []     # (ParkKey, response): parked requests answered
         self.offload: list = []         # assignor jobs to run off the event loop
+        self.events: list = []          # lifecycle events (never replayed)
 
     def emit(self, item) -> None:
         self.records.append(item)
@@ -46,6 +48,10 @@ class GroupTx:
     def complete(self, key: ParkKey, response) -> None:
         self.completions.append((key, response))
 
+    def note(self, event) -> None:
+        self.events.append(event)
+
     def result(self, response=None, park: Optional[ParkKey] = None) -> Result:
         return Result(response, tuple(self.records), tuple(self.timers),
-                      tuple(self.completions), park, offload=tuple(self.offload))
+                      tuple(self.completions), park, offload=tuple(self.offload),
+                      events=tuple(self.events))

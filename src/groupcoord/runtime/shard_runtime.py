@@ -163,6 +163,8 @@ class ShardRuntime(WritePath):
         self.state = ShardState.ACTIVE
         self._loaded.set()
         self._arm_timer()
+        if self.observer is not None:
+            self.observer.loaded(self.index, time.perf_counter() - t0)
         n = getattr(stats, "records_read", 0)
         # One line per shard only when it had something to load: ShardSet.start logs the
         # summary over all shards, and 50 "0 records" lines say nothing.
@@ -243,7 +245,7 @@ class ShardRuntime(WritePath):
         now = self.clock()
         result = self.shard.handle(request, now, version, client_id, client_host)
         if (not result.records and not result.timers and not result.completions
-                and result.park is None and not result.offload
+                and result.park is None and not result.offload and not result.events
                 and self.log.next_offset == self.log.durable_offset):
             return result.response          # read-only and nothing pending: the fast path
         waiter = self._process(result, now, request, version)

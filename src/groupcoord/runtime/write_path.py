@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Optional
 
 from groupcoord.groups.records import encode_record
@@ -29,6 +30,7 @@ from groupcoord.groups.result import TimerKey, Volatile
 from groupcoord.groups.shard import error_response
 from groupcoord.protocol import api_keys as K
 from groupcoord.protocol.error_codes import ErrorCode
+from groupcoord.runtime import lifecycle_log
 from groupcoord.runtime.shard_state import ShardState
 from groupcoord.storage import LogFailedError
 from groupcoord.storage.log import LogClosedError
@@ -71,6 +73,16 @@ class WritePath:
         # counters (for logs and benchmarks)
         self.flushes = 0
         self.records_written = 0
+        # Metrics hooks (server/metrics.py Metrics): result(rt, result, request, event)
+        # before a Result with records is applied; flushed(seconds, records) per group
+        # commit; loaded(index, seconds) (shard_runtime.py). None: no metrics.
+        self.observer = None
+        # Writes a Result's lifecycle events as log lines once it is applied and appended
+        # (lifecycle_log.py; one per process: the rate limit is the node's).
+        self.lifecycle = lifecycle_log.DEFAULT
+        self._flush_t0 = 0.0                # the group commit in flight: when it began,
+        self._flush_n = 0                   # how many records it takes,
+        self._flush_mark = 0                # and records_written when it began
 
     # ================================================================== a Result
     def _process(self, result, now: int, request=None, version: int = 0, event=None):
@@ -89,6 +101,9 @@ class WritePath:
                 durable = encode_checked(result.records, shard.config.message_max_bytes)
             except Unwritable as exc:
                 return self._unwritable(result, exc, now, request, version, event)
+        obs = self.observer
+        if obs is not None and result.records:
+            obs.result(self, result, request, event)
         try:
             shard.apply(result)
         except Exception:
@@ -109,6 +124,8 @@ class WritePath:
                                           ErrorCode.COORDINATOR_NOT_AVAILABLE)
             self.records_written += len(durable)
             self._schedule_flush()
+        if result.events:
+            self.lifecycle.write(result.events)
         target = self.log.next_offset
         for key, response in result.completions:
             w = self._parked.pop(key, None)
@@ -202,6 +219,7 @@ class WritePath:
         if self.store is not None:
             # A store log (PostgreSQL): the group commit is one awaited transaction.
             self._flush_bytes = lg.pending_bytes
+            self._flush_began()
             task = self._loop.create_task(lg.flush_async())
             task.add_done_callback(lambda t: self._end_store_flush(t, gen))
             return
@@ -210,6 +228,7 @@ class WritePath:
             if job is None:
                 self._flushing = False
                 return
+            self._flush_began()
             if self.config.fsync != "always":
                 self._end_flush(job, lg.write_flush(job), gen)
                 return
@@ -248,6 +267,8 @@ class WritePath:
         """Everything below ``durable`` is durable: release its waiters, start the next
         group commit with what arrived meanwhile."""
         self.flushes += 1
+        if self.observer is not None:
+            self.observer.flushed(time.perf_counter() - self._flush_t0, self._flush_n)
         if self._fail_streak:
             log.info("shard %d: log writes succeed again after %d failure(s) in a row",
                      self.index, self._fail_streak)
@@ -265,6 +286,12 @@ class WritePath:
                 self._flushing = False
         except Exception as exc:            # a bug: never leave the next commit unscheduled
             self._fail(exc)
+
+    def _flush_began(self) -> None:
+        # A group commit takes every record appended so far (the metrics hook's figures).
+        self._flush_t0 = time.perf_counter()
+        self._flush_n = self.records_written - self._flush_mark
+        self._flush_mark = self.records_written
 
     async def flush(self) -> None:
         """Wait until everything appended so far is durable."""

@@ -52,8 +52,8 @@ def resolve_store(args) -> None:
         if not args.data_dir:
             raise CatalogError("a file store needs a directory: --store file:DIR or "
                                "--data-dir DIR")
-        given = [f for f, v in (("--node-id", args.node_id), ("--lease-ms", args.lease_ms),
-                                ("--catalog-dir", args.catalog_dir)) if v is not None]
+        given = [f for f, v in (("--node-id", args.node_id), ("--lease-ms", args.lease_ms))
+                 if v is not None]
         if given:
             raise CatalogError("%s: cluster mode only (a postgresql --store); a file store "
                                "is a single node" % ", ".join(given))
@@ -97,8 +97,10 @@ class ClusterView:
         self.shard_count = shard_count
         self.node = None                # cluster/node.py ClusterNode
 
-    def brokers(self) -> list:
-        return self.node.brokers() if self.node is not None else []
+    def brokers(self, listener: Optional[str] = None) -> list:
+        if self.node is None:
+            return []
+        return self.node.brokers(listener) if listener else self.node.brokers()
 
     def owner(self, shard: int) -> Optional[int]:
         return self.node.owner(shard) if self.node is not None else None

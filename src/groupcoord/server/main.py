@@ -22,7 +22,8 @@ SIGTERM or SIGINT: graceful shutdown, exit status 0 (cluster mode first hands ev
 shard over: ClusterNode.close unloads and releases them). Startup errors (bad topic spec,
 partition decrease, port in use, a data directory that is a file or cannot be created or
 written; a bad DSN, a store unreachable after the retries, --node-id missing with a
-PostgreSQL store) exit 1 with one line on stderr; bad arguments exit 2. A shard with a
+PostgreSQL store) exit 1 with one line on stderr; bad arguments, and a --node-id another
+running node holds in the store, exit 2. A shard with a
 corrupt log is no startup error: it stays FAILED (one line on stderr) and N counts only the
 shards that loaded.
 """
@@ -36,6 +37,7 @@ import sys
 from typing import Optional
 
 from groupcoord.cluster.status import DEFAULT_LEASE_MS, redact
+from groupcoord.runtime.lifecycle_log import JsonFormatter
 from groupcoord.server.catalog import (CatalogError, CatalogStore, PgCatalogStore,
                                        load_or_create_cluster_id, load_topics_file,
                                        merge_topics, parse_topic_arg)
@@ -44,12 +46,17 @@ from groupcoord.server.cluster_mode import (DEFAULT_DATA_DIR, MIN_LEASE_MS,
                                             ClusterView,
                                             check_cluster_args, first_line, open_store,
                                             resolve_store)
+from groupcoord.server.access import NodeAccess
+from groupcoord.server.listeners import ListenerError, SecurityConfig
+from groupcoord.server.security_args import (add_security_args, security_from_args,
+                                             uses_security)
 from groupcoord.server.processes import (StaticClusterView, Supervisor, check_process_args,
                                          child_argv, follow_supervisor)
 from groupcoord.server.startup import (MAX_CONNECTIONS_CAP, StartupError, check_data_dir,
                                        check_open_files_limit, os_error)
 from groupcoord.server.topic_admin import CatalogLimits, check_catalog_limits
 from groupcoord.server.server import Server, ServerConfig
+from groupcoord.server.metrics import Metrics, serve_http
 
 __all__ = ["add_serve_parser", "run"]
 
@@ -102,9 +109,6 @@ def add_serve_parser(sub):
                         "(default %d, at least %d). A node that cannot renew within it stops "
                         "serving the shard; a dead node's shards move after it. Give every "
                         "node the same value" % (DEFAULT_LEASE_MS, MIN_LEASE_MS))
-    # Cluster mode kept each node's catalog in this directory until the catalog moved into
-    # the store; still accepted (ignored, one warning) so that older command lines start.
-    s.add_argument("--catalog-dir", default=None, help=argparse.SUPPRESS)
     s.add_argument("--topic", action="append", default=[], metavar="NAME:PARTITIONS",
                    help="a topic of the catalog, e.g. orders:6 (repeatable); merged into the "
                         "stored catalog (cluster mode: the one catalog every node shares "
@@ -186,6 +190,18 @@ def add_serve_parser(sub):
     s.add_argument("--log-level", default="INFO",
                    choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
                    type=str.upper, help="stderr log level (default %(default)s)")
+    s.add_argument("--log-format", default="text", choices=("text", "json"),
+                   help="stderr log lines: text (default) or json, one object per line with "
+                        "ts, level, logger, message and a lifecycle line's fields "
+                        "(docs/operations.md, \"Lifecycle logs\")")
+    s.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve HTTP on this port once the listeners are bound: /metrics "
+                        "(Prometheus), /healthz, /readyz and their .json variants "
+                        "(docs/operations.md); 0 picks a free port (logged). With --processes "
+                        "N, node i serves PORT+i-1. Default: no metrics")
+    s.add_argument("--metrics-host", default=None, metavar="HOST",
+                   help="address the metrics port listens on (default: --host)")
+    add_security_args(s)
     return s
 
 
@@ -267,8 +283,19 @@ def _check_args(args):
                            "be >= 1")
     if args.max_topics < 0 or args.max_partitions < 0:
         raise CatalogError("--max-topics and --max-partitions must be >= 0")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535 - max(
+            0, args.processes - 1):
+        raise CatalogError("--metrics-port must be 0..65535 (with --processes N, up to 65536-N)")
     resolve_store(args)
     check_process_args(args)
+    try:
+        args.listeners, args.security = security_from_args(args)
+    except ListenerError as e:
+        raise CatalogError(str(e)) from None
+    if args.processes > 1 and uses_security(args):
+        raise CatalogError("--processes does not take the security flags yet (listeners, "
+                           "TLS, SASL, ACL defaults): run one node per process with a "
+                           "PostgreSQL --store instead (docs/security.md)")
 
 
 def _loop_factory(name: str):
@@ -287,6 +314,9 @@ def run(args) -> int:
     node = "node-%d " % args.process_node if args.process_node is not None else ""
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s " + node + "%(name)s: %(message)s")
+    if args.log_format == "json":
+        for h in logging.getLogger().handlers:
+            h.setFormatter(JsonFormatter(args.process_node))
     try:
         _check_args(args)
         given = _topics_given(args)
@@ -305,7 +335,7 @@ def run(args) -> int:
             return runner.run(_serve(args, given))
     except (StartupError, CatalogError) as e:
         print("groupcoord serve: error: %s" % e, file=sys.stderr, flush=True)
-        return 1
+        return getattr(e, "status", 1)
     except OSError as e:
         # An I/O failure no check above foresaw (a shard directory we may not write, a full
         # disk while saving the catalog): one line; the traceback at --log-level DEBUG.
@@ -344,6 +374,7 @@ async def _serve(args, given) -> int:
     shards = ShardSet(RuntimeConfig(data_dir=args.data_dir, shards=args.shards,
                                     fsync=args.fsync, shard_config=args.shard_config),
                       topics=catalog)
+    metrics = _metrics(args, shards, lambda: owned)
     try:
         await shards.start(owned)
     except ShardLoadError as e:
@@ -351,26 +382,31 @@ async def _serve(args, given) -> int:
     # A shard whose log is corrupt stays FAILED (it logged one line, its groups get
     # COORDINATOR_NOT_AVAILABLE); the others serve. The listening line counts loaded shards.
     loaded = len(owned) - len(shards.failed_shards())
+    # The credentials and ACLs (security/store.py): in the data directory; a --processes
+    # node has none of its own (its supervisor's directory is shared; docs/security.md).
+    access = await _load_access(args, None if view is not None else args.data_dir, None,
+                                shards)
     server = Server(_server_config(args, max_connections, limits, args.data_dir), shards,
-                    store=store, cluster=view)
+                    store=store, cluster=view, access=access)
+    if metrics is not None:
+        metrics.watch_server(server)
     host, port = await _listen(server, shards, args)
+    http = await _start_http(args, metrics, server)
     if not stop.is_set():
-        _print_listening(host, port, loaded, args.data_dir)
+        _print_listening(host, port, loaded, args.data_dir, server)
         await stop.wait()
     log.info("shutting down")
+    await _stop_http(http, metrics)
     await server.shutdown()
     return 0
 
 
 async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
     # The ClusterNode and the PostgreSQL store of the runtime (docs/cluster.md).
-    from groupcoord.cluster.node import ClusterNode
+    from groupcoord.cluster.node import ClusterNode, NodeIdInUseError
     from groupcoord.runtime import RuntimeConfig, ShardSet
     from groupcoord.runtime.stores import PgStore
     where = redact(args.dsn)
-    if args.catalog_dir is not None:
-        log.warning("--catalog-dir is ignored: in cluster mode the topic catalog is shared "
-                    "through the store and nothing is kept on local disk")
     max_connections = check_open_files_limit(args.max_connections, args.shards, None)
     limits = _catalog_limits(args)
     log.info("cluster mode: node %d, store %s, %d shards, lease %d ms", args.node_id, where,
@@ -405,32 +441,52 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
                                         fsync=args.fsync, shard_config=args.shard_config),
                           topics=catalog, store=PgStore(pool, args.node_id),
                           on_fenced=view.fenced, lease_check=view.serving)
+        # Ready once joined and every shard it holds a lease on is loaded.
+        joined: list = []
+        metrics = _metrics(args, shards, lambda: joined[0].machine.owned() if joined else None)
         await shards.start(shards=[])       # the ClusterNode loads the shards it acquires
+        access = await _load_access(args, None, pool, shards)
         server = Server(_server_config(args, max_connections, limits, None,
                                        cluster_id=cluster_id),
-                        shards, store=store, cluster=view)
+                        shards, store=store, cluster=view, access=access)
+        if metrics is not None:
+            metrics.watch_server(server)
         host, port = await _listen(server, shards, args)
+        http = await _start_http(args, metrics, server)
         # Registered with what clients are told (the advertised host, the bound port): the
         # other nodes list this one in Metadata and FindCoordinator from that row.
+        # With several listeners, each one's address too (every node names the others'
+        # addresses on the listener a client came in on).
+        endpoints = ({b.listener.protocol: (b.node.host, b.address[1]) for b in server.bound}
+                     if len(server.bound) > 1 else None)
         node = ClusterNode(pool, shards, node_id=args.node_id, host=server.node.host,
-                           port=port, lease_ms=args.lease_ms, shard_count=args.shards)
+                           port=port, lease_ms=args.lease_ms, shard_count=args.shards,
+                           endpoints=endpoints)
         view.node = node
         try:
             await node.start()
         except Exception as e:
             log.debug("cluster node start failed", exc_info=True)
             view.node = None
+            await _stop_http(http, metrics)
             await server.shutdown()
+            if isinstance(e, NodeIdInUseError):
+                raise StartupError(str(e), status=2) from None
             raise StartupError("node %d could not join the cluster of %s: %s"
                                % (args.node_id, where, first_line(e))) from None
+        joined.append(node)
         # The other nodes' catalog changes, checked as often as the leases are refreshed.
         follower = CatalogFollower(server, node.config.renew_every_ms / 1000.0)
         follower.start()
+        # ... and their credential and ACL changes, as often.
+        access_poll = asyncio.get_running_loop().create_task(
+            _follow_access(access, node.config.renew_every_ms / 1000.0))
         if not stop.is_set():
             loaded = sum(1 for i in range(args.shards) if shards.loaded(i))
-            _print_listening(host, port, loaded, where)
+            _print_listening(host, port, loaded, where, server)
             await stop.wait()
         log.info("shutting down: handing this node's shards over")
+        await _stop_http(http, metrics)
         try:
             # Unload and release every owned shard first, so that other nodes take them
             # at once rather than after the lease; requests meanwhile get NOT_COORDINATOR.
@@ -439,6 +495,7 @@ async def _serve_cluster(args, given, stop: asyncio.Event) -> int:
             log.exception("handing the shards over failed; they move when their leases "
                           "expire")
         await follower.stop()
+        access_poll.cancel()
         await server.shutdown()
         return 0
     finally:
@@ -510,7 +567,9 @@ def _server_config(args, max_connections: int, limits, data_dir: Optional[str],
         connections_max_idle_ms=args.connections_max_idle_ms,
         queued_max_request_bytes=args.queued_max_request_bytes,
         max_queued_response_bytes=args.max_queued_response_bytes,
-        catalog_limits=limits, cluster_id=cluster_id)
+        catalog_limits=limits, cluster_id=cluster_id,
+        listeners=getattr(args, "listeners", ()),
+        **({"security": args.security} if getattr(args, "security", None) else {}))
 
 
 async def _listen(server: Server, shards, args) -> tuple:
@@ -522,7 +581,89 @@ async def _listen(server: Server, shards, args) -> tuple:
                                                            e.strerror or e)) from None
 
 
-def _print_listening(host: str, port: int, loaded: int, where: str) -> None:
-    sys.stdout.write("groupcoord: listening on %s:%d (%d shards loaded from %s)\n"
-                     % (host, port, loaded, where))
+async def _follow_access(access: NodeAccess, period: float) -> None:
+    """Cluster mode: apply the other nodes' credential and ACL changes every period; a
+    store that is away is retried next period (one line per outage)."""
+    failing = False
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await access.poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if not failing:
+                log.warning("cannot read credential and ACL changes from the store: %s; "
+                            "retrying every %.1f s", first_line(e), period)
+            failing = True
+            continue
+        if failing:
+            log.info("credential and ACL changes are read from the store again")
+        failing = False
+
+
+async def _load_access(args, data_dir: Optional[str], pool, shards) -> NodeAccess:
+    """The node's credentials and ACLs, replayed from the security store of the data
+    directory (file store) or of the PostgreSQL pool; neither: none (nothing stored)."""
+    from groupcoord.security.store import FileSecurityStore, PgSecurityStore
+    store = None
+    if data_dir is not None:
+        store = FileSecurityStore(data_dir)
+    elif pool is not None:
+        store = PgSecurityStore(pool)
+    access = NodeAccess(getattr(args, "security", None) or SecurityConfig(), store)
+    try:
+        await access.load()
+    except Exception as e:
+        await shards.close()
+        raise StartupError("cannot load the credentials and ACLs from %s: %s"
+                           % (data_dir or redact(args.dsn), first_line(e))) from None
+    return access
+
+
+def _metrics(args, shards, owned) -> Optional[Metrics]:
+    """--metrics-port: the node's metrics (server/metrics.py), hooked into the shards before
+    they load (their loads are timed); owned() -> the shards the node owns, for /readyz."""
+    if args.metrics_port is None:
+        return None
+    metrics = Metrics(shards, owned=owned)
+    metrics.watch_shards()
+    return metrics
+
+
+async def _start_http(args, metrics: Optional[Metrics], server: Server):
+    """The metrics port (http.py), once the listeners are bound -> its HttpServer, where
+    other pages may add routes; None without --metrics-port. Cannot bind: a startup error."""
+    if metrics is None:
+        return None
+    host = args.metrics_host or args.host
+    port = args.metrics_port
+    if port and args.process_node is not None:
+        port += args.process_node - 1       # node i of --processes: PORT+i-1
+    try:
+        http = await serve_http(metrics, host, port)
+    except OSError as e:
+        await server.shutdown()
+        raise StartupError("cannot listen on the metrics port %s:%s: %s"
+                           % (host, port, e.strerror or e)) from None
+    log.info("metrics on http://%s:%d/metrics (health: /healthz, /readyz)", *http.address)
+    return http
+
+
+async def _stop_http(http, metrics: Optional[Metrics]) -> None:
+    if http is not None:
+        await http.close()
+    if metrics is not None:
+        metrics.stop()
+
+
+def _print_listening(host: str, port: int, loaded: int, where: str, server=None) -> None:
+    more = ""
+    if server is not None and len(server.bound) > 1 or (
+            server is not None and server.bound and server.bound[0].listener.protocol
+            != "PLAINTEXT"):
+        more = "; listeners: " + ", ".join("%s://%s:%d" % (b.listener.protocol, *b.address[:2])
+                                           for b in server.bound)
+    sys.stdout.write("groupcoord: listening on %s:%d (%d shards loaded from %s%s)\n"
+                     % (host, port, loaded, where, more))
     sys.stdout.flush()

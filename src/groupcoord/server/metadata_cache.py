@@ -200,7 +200,9 @@ class MetadataCache:
         if c is not None:
             # Cluster mode: the brokers (head) and the leader of every partition (entries)
             # follow the live nodes; a change of either starts the cache over.
-            brokers, controller = tuple(c.brokers()), c.controller_id()
+            lst = getattr(self.node, "listener", None)
+            brokers = tuple(c.brokers(lst) if lst else c.brokers())
+            controller = c.controller_id()
             v = self._view
             if v is None or v.brokers() != brokers or v.controller_id() != controller:
                 self._view = _Brokers(c.node_id, brokers, controller)

@@ -32,9 +32,12 @@ from typing import Callable, Optional
 from groupcoord.codegen.schema import load_all
 from groupcoord.groups.topics import Topic, TopicCatalog
 from groupcoord.protocol import messages as m
-from groupcoord.protocol.api_keys import (API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS,
-                                          DELETE_TOPICS, DESCRIBE_CLUSTER, FETCH,
-                                          FIND_COORDINATOR, LIST_OFFSETS, METADATA, PRODUCE)
+from groupcoord.protocol.api_keys import (ALTER_USER_SCRAM_CREDENTIALS, API_VERSIONS,
+                                          CREATE_ACLS, CREATE_PARTITIONS, CREATE_TOPICS,
+                                          DELETE_ACLS, DELETE_TOPICS, DESCRIBE_ACLS,
+                                          DESCRIBE_CLUSTER, DESCRIBE_USER_SCRAM_CREDENTIALS,
+                                          FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA,
+                                          PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE)
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.runtime.shards import shard_for
 
@@ -47,9 +50,13 @@ LEADER_EPOCH = 0            # every partition has had one leader (us) since it w
 ZERO_UUID = m.ZERO_UUID
 UNKNOWN_AUTH_OPS = -2147483648
 
-# The APIs answered here (the rest go to the coordinator when it serves them).
+# The APIs answered by the node (here, and the security APIs by connection.py with
+# security/); the rest go to the coordinator when it serves them.
 NODE_APIS = frozenset((PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS,
-                       CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER))
+                       CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER,
+                       SASL_HANDSHAKE, SASL_AUTHENTICATE, DESCRIBE_ACLS, CREATE_ACLS,
+                       DELETE_ACLS, DESCRIBE_USER_SCRAM_CREDENTIALS,
+                       ALTER_USER_SCRAM_CREDENTIALS))
 
 # Kafka's AclOperation codes; with no authorizer every operation is allowed.
 _TOPIC_OPS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
@@ -65,7 +72,7 @@ class NodeState:
     topic catalog (a callable, so it always reflects CreateTopics), the API ranges to
     advertise, and the cluster view (None: a single node; see the module docstring)."""
     __slots__ = ("host", "port", "cluster_id", "_topics", "api_ranges", "_api_versions_body",
-                 "cluster")
+                 "cluster", "listener")
 
     def __init__(self, host: str, port: int, cluster_id: str,
                  topics: Callable[[], TopicCatalog], api_ranges: dict, cluster=None):
@@ -73,6 +80,9 @@ class NodeState:
         self.port = port
         self.cluster_id = cluster_id
         self.cluster = cluster
+        # The listener (its name) this state answers for when the node has several
+        # (server.py): cluster mode then names the other nodes' addresses on it.
+        self.listener = None
         self._topics = topics
         self.api_ranges = dict(sorted(api_ranges.items()))
         self._api_versions_body = [m.ApiVersionsResponseApiVersion(k, lo, hi)
@@ -100,7 +110,8 @@ def _brokers(node) -> list:
     c = getattr(node, "cluster", None)
     if c is None:
         return [(NODE_ID, node.host, node.port)]
-    return list(c.brokers()) or [(c.node_id, node.host, node.port)]
+    lst = getattr(node, "listener", None)
+    return list(c.brokers(lst) if lst else c.brokers()) or [(c.node_id, node.host, node.port)]
 
 
 def _controller_id(node) -> int:

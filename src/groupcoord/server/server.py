@@ -5,6 +5,12 @@
     ...
     await server.shutdown()                  # stop accepting, drain, shards.close(), close
 
+Listeners (listeners.py): ``config.listeners`` (empty: one PLAINTEXT listener on host:port),
+each bound to its own socket, TLS where its protocol says so; each has its NodeState and
+Metadata cache, so a client is told the addresses of the listener it came in on. ``access``
+(access.py NodeAccess) holds the node's credentials, ACLs and authorizer; default: no
+store, no ACL, everybody allowed.
+
 This is the only layer with sockets and the event loop (uvloop by default, see cli.py).
 ``shards`` is the node's shards: anything with the interface of the runtime's ShardSet
 (start/serves/submit_nowait/topics/set_topics/close); the server never looks inside it.
@@ -30,13 +36,15 @@ from typing import Optional
 from groupcoord.protocol import DEFAULT_MAX_FRAME_BYTES, supported_versions
 from groupcoord.protocol.error_codes import ErrorCode as E
 from groupcoord.server import node as N
+from groupcoord.server.access import NodeAccess
 from groupcoord.server.catalog import CatalogStore, load_or_create_cluster_id, store_change
 from groupcoord.server.connection import ServerConnection
 from groupcoord.server.flow import DEFAULT_QUEUED_MAX_REQUEST_BYTES, RequestBytesPool
+from groupcoord.server.listeners import Listener, SecurityConfig, server_ssl_context
 from groupcoord.server.metadata_cache import MetadataCache
 from groupcoord.server.topic_admin import CatalogLimits, plan_create_topics
 
-__all__ = ["Server", "ServerConfig"]
+__all__ = ["Server", "ServerConfig", "BoundListener"]
 
 log = logging.getLogger("groupcoord.server")
 
@@ -60,12 +68,28 @@ class ServerConfig:
     backlog: int = 1024
     cluster_id: Optional[str] = None        # overrides the stored one (tests)
     catalog_limits: CatalogLimits = CatalogLimits()     # CreateTopics: off by default
+    listeners: tuple = ()                   # Listener; empty: PLAINTEXT on host:port
+    security: SecurityConfig = SecurityConfig()
+
+
+class BoundListener:
+    """A listener with its socket bound: what its connections advertise and cache."""
+    __slots__ = ("listener", "node", "metadata_cache", "address", "srv")
+
+    def __init__(self, listener: Listener, node: N.NodeState, metadata_cache: MetadataCache):
+        self.listener = listener
+        self.node = node
+        self.metadata_cache = metadata_cache
+        self.address: Optional[tuple] = None
+        self.srv = None
 
 
 class Server:
     def __init__(self, config: ServerConfig, shards, store: Optional[CatalogStore] = None,
-                 cluster=None):
+                 cluster=None, access: Optional[NodeAccess] = None):
         self.config = config
+        self.access = access if access is not None else NodeAccess(config.security)
+        self.bound: list = []
         self.shards = shards
         self.store = store
         self.cluster = cluster
@@ -74,6 +98,7 @@ class Server:
         self.request_pool: Optional[RequestBytesPool] = None   # queued.max.request.bytes
         self.metadata_cache: Optional[MetadataCache] = None
         self.connections: set = set()
+        self.stats = None                  # metrics.RequestStats: set before start() to count
         self.stopping = False
         self.address: Optional[tuple] = None
         self._srv = None
@@ -87,7 +112,8 @@ class Server:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> tuple:
-        """Bind and start accepting; returns the bound (host, port)."""
+        """Bind every listener and start accepting; returns the first one's bound
+        (host, port) (``bound`` has them all)."""
         cfg = self.config
         self.loop = asyncio.get_running_loop()
         self._topics_lock = asyncio.Lock()
@@ -95,25 +121,45 @@ class Server:
         cluster_id = cfg.cluster_id or load_or_create_cluster_id(cfg.data_dir)
         ranges = N.node_api_ranges(supported_versions(), self.shards.serves)
         shards = self.shards
-        self.node = N.NodeState(cfg.advertised_host or cfg.host, cfg.port, cluster_id,
-                                lambda: shards.topics, ranges, cluster=self.cluster)
-        # Cluster mode too: the cache starts over when the live brokers or the controller
-        # change (metadata_cache.MetadataCache._catalog).
-        self.metadata_cache = MetadataCache(self.node, self.loop)
-        self._srv = await self.loop.create_server(
-            lambda: ServerConnection(self), cfg.host, cfg.port, backlog=cfg.backlog,
-            reuse_address=True)
-        sock = self._srv.sockets[0]
-        host, port = sock.getsockname()[:2]
-        self.node.port = port
-        if not cfg.advertised_host:
-            self.node.host = cfg.host if cfg.host not in ("", "0.0.0.0", "::") else host
-        self.address = (host, port)
+        listeners = list(cfg.listeners) or [Listener("PLAINTEXT", cfg.host, cfg.port)]
+        tls = None
+        if any(lst.tls for lst in listeners):
+            if cfg.security.tls is None:
+                raise ValueError("a TLS listener needs a certificate (--ssl-certfile)")
+            tls = server_ssl_context(cfg.security.tls)
+        for lst in listeners:
+            advertised = lst.advertised_host or cfg.advertised_host
+            node = N.NodeState(advertised or lst.host, lst.port, cluster_id,
+                               lambda: shards.topics, ranges, cluster=self.cluster)
+            if cfg.listeners:
+                node.listener = lst.protocol
+            # Cluster mode too: the cache starts over when the live brokers or the
+            # controller change (metadata_cache.MetadataCache._catalog).
+            b = BoundListener(lst, node, MetadataCache(node, self.loop))
+            try:
+                b.srv = await self.loop.create_server(
+                    lambda b=b: ServerConnection(self, b), lst.host, lst.port,
+                    backlog=cfg.backlog, reuse_address=True,
+                    ssl=tls if lst.tls else None)
+            except OSError:
+                for other in self.bound:
+                    other.srv.close()
+                raise
+            host, port = b.srv.sockets[0].getsockname()[:2]
+            node.port = port
+            if not advertised:
+                node.host = lst.host if lst.host not in ("", "0.0.0.0", "::") else host
+            b.address = (host, port)
+            self.bound.append(b)
+            log.info("listening on %s://%s:%s (advertised as %s:%s)", lst.protocol, host,
+                     port, node.host, port)
+        first = self.bound[0]
+        self.node, self.metadata_cache, self._srv = first.node, first.metadata_cache, first.srv
+        self.address = first.address
         if cfg.connections_max_idle_ms > 0:
             self._reaper = self.loop.create_task(self._reap_idle())
-        log.info("listening on %s:%s (advertised as %s:%s), %d APIs advertised",
-                 host, port, self.node.host, port, len(ranges))
-        return host, port
+        log.info("%d listener(s), %d APIs advertised", len(self.bound), len(ranges))
+        return self.address
 
     async def shutdown(self) -> None:
         """Graceful stop (see the module docstring). Idempotent."""
@@ -121,8 +167,8 @@ class Server:
             return
         self.stopping = True
         grace = self.config.shutdown_grace_ms / 1000.0
-        if self._srv is not None:
-            self._srv.close()
+        for b in self.bound:
+            b.srv.close()
         if self._reaper is not None:
             self._reaper.cancel()
         if self._refused_report is not None:   # report the last refusals before stopping
@@ -139,9 +185,9 @@ class Server:
         await self._drain(grace)
         for c in list(self.connections):
             c.close()
-        if self._srv is not None:
+        for b in self.bound:
             try:
-                await asyncio.wait_for(self._srv.wait_closed(), grace)
+                await asyncio.wait_for(b.srv.wait_closed(), grace)
             except (asyncio.TimeoutError, Exception):
                 pass
         log.info("server stopped")

@@ -14,7 +14,12 @@ log = logging.getLogger("groupcoord.serve")
 
 
 class StartupError(Exception):
-    """Why the node cannot start: printed as one line, exit status 1."""
+    """Why the node cannot start: printed as one line, exit status ``status`` (1; 2 for a
+    node id that another running node holds)."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
 
 
 # Descriptors besides connections and segment files: listening sockets, stdio, the event

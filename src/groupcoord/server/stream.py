@@ -42,7 +42,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+from bisect import bisect_left
 from collections import deque
+from time import perf_counter as _perf
 from typing import Optional, Protocol
 
 from groupcoord.protocol import (EncodeError, FrameSplitter, FrameTooLargeError, ProtocolError,
@@ -89,7 +91,8 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
                  "_max_in_flight", "_resume_at", "_bad_logged", "admitted", "_pool", "_frames",
                  "_frames_bytes", "_pushed", "_popped", "_proc_scheduled", "_broken", "_job",
                  "_out", "_queued_bytes", "_max_queued", "_per_turn", "_prefix", "_partial_size",
-                 "_grant", "_grant_frame", "_mem_wait", "_want_size", "_pool_bytes")
+                 "_grant", "_grant_frame", "_mem_wait", "_want_size", "_pool_bytes",
+                 "_stats", "_bounds", "_item_error", "_key", "_t0", "_enc", "_enc_code")
 
     def __init__(self, server: Owner):
         cfg = server.config
@@ -136,6 +139,19 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
         self._mem_wait = False
         self._want_size = 0
         self._pool_bytes = 0                 # what this connection counts in the pool
+        # Request metrics (server/metrics.py RequestStats; None: not counted). Every slot
+        # made while a frame runs carries its api key << 16 (_key: the subclass sets it once
+        # it knows the key) and the start of the loop turn that took it; _fill adds the error
+        # code of a failed answer _encode just made (_enc / _enc_code); _flush counts the
+        # slots it hands over, with one clock read per flush.
+        st = getattr(server, "stats", None)
+        self._stats = st.table if st is not None else None
+        self._bounds = st.bounds if st is not None else ()
+        self._item_error = st.item_error if st is not None else None
+        self._key = -1 << 16
+        self._t0 = 0.0
+        self._enc = None
+        self._enc_code = 0
 
     @abc.abstractmethod
     def _on_frame(self, frame: bytes) -> None:
@@ -277,6 +293,8 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
             return
         frames = self._frames
         n = size = 0
+        if self._stats is not None:
+            self._t0 = _perf()           # request metrics: one clock read per turn
         while frames:
             if not self._room():
                 break                    # _kick() continues when room comes back
@@ -377,13 +395,23 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
 
     # ------------------------------------------------------------------ output
     def _new_slot(self) -> list:
-        slot = [None, 0]
+        # [response bytes, size, api key << 16 (+ error code), loop-turn start of its frame]
+        # (the last two: metrics, see __init__)
+        slot = [None, 0, self._key, self._t0]
         self._queue.append(slot)
         return slot
 
     def _encode(self, resp, version, corr) -> Optional[bytes]:
         try:
-            return encode_response_frame(resp, version, corr)
+            data = encode_response_frame(resp, version, corr)
+            if self._stats is not None:
+                try:
+                    code = resp.error_code
+                except AttributeError:   # per-item codes only (OffsetCommit, ...)
+                    code = self._item_error(resp)
+                if code:                 # a success needs nothing: the slot says 0
+                    self._enc, self._enc_code = data, code
+            return data
         except (EncodeError, ProtocolError, TypeError) as e:
             # A bug on our side: the client would wait forever for this correlation id.
             log.error("cannot encode %s v%d for %s: %s; closing the connection",
@@ -403,6 +431,9 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
             return
         size = len(data) if type(data) is bytes else sum(map(len, data))
         slot[0], slot[1] = data, size
+        if self._enc is data:           # a failed answer (metrics on): its error code
+            slot[2] += self._enc_code & 0xFFFF
+            self._enc = None
         self._queued_bytes += size
         q = self._queue
         if q and q[0][0] is not None:
@@ -420,6 +451,8 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
         if self.closing:
             return
         q, out = self._queue, self._out
+        if self._stats is not None:
+            self._take_counted(q, out)
         while q and q[0][0] is not None:
             data = q.popleft()[0]
             if type(data) is bytes:
@@ -447,6 +480,38 @@ class FrameStream(asyncio.Protocol, metaclass=abc.ABCMeta):
         if out and not self._writing_paused:
             self._schedule_flush()
         self._kick()
+
+    def _take_counted(self, q: deque, out: deque) -> None:
+        """_flush's taking of the filled slots at the head of the queue, counting each in
+        the request metrics: by (api key << 16) + error code, with its latency from the
+        start of the turn that took its frame to now. A run of slots with the same key and
+        turn (a pipelined window) is added at once: one clock read, one bucket search."""
+        st = self._stats
+        k = t = None
+        n = 0
+        while q and q[0][0] is not None:
+            slot = q.popleft()
+            data = slot[0]
+            if type(data) is bytes:
+                out.append(data)
+            else:
+                out.extend(data)
+            if slot[2] == k and slot[3] == t:
+                n += 1
+            else:
+                if n:
+                    self._add(st, k, t, n)
+                k, t, n = slot[2], slot[3], 1
+        if n:
+            self._add(st, k, t, n)
+
+    def _add(self, st: dict, k: int, t0: float, n: int) -> None:
+        row = st.get(k)
+        if row is None:
+            row = st[k] = [0] * (len(self._bounds) + 1) + [0.0]
+        lat = _perf() - t0
+        row[bisect_left(self._bounds, lat)] += n
+        row[-1] += lat * n
 
     def in_flight(self) -> int:
         """Requests read and not answered yet (taken ones with a slot, queued frames)."""

@@ -28,6 +28,31 @@ Version 2 adds:
         version grows by one at every change, and a change is stored only if the version is
         still the one its writer read (compare-and-set). The row is made here, empty, at 0.
 
+Version 3 adds:
+
+    groupcoord_security(base_offset bigint PRIMARY KEY, last_offset bigint NOT NULL,
+                        batch bytea NOT NULL, appended_at timestamptz NOT NULL DEFAULT now())
+        the users' SCRAM credentials and the ACLs (security/store.py PgSecurityStore): one
+        RecordBatch v2 of security records (security/records.py) per append, the bytes
+        storage/batch.py encodes, its records at offsets base_offset..last_offset. Appends
+        are serialised by a lock on the table, so offsets grow in commit order and a reader
+        that saw offset n has seen everything below it.
+
+Version 4 adds (independent of version 3: one column, added if missing):
+
+    groupcoord_nodes.incarnation text NULL
+        a random token of the process that holds the node id (cluster/pg_leases.py): a node
+        takes its id's row only if the row is its own or not seen within the lease, and its
+        heartbeat renews only a row of its incarnation, so two processes started with one
+        --node-id are found (cluster/node.py). NULL: a row written before version 4.
+
+Version 5 adds (one column, added if missing):
+
+    groupcoord_nodes.endpoints text NULL
+        the node's listeners as JSON, {"PLAINTEXT": [host, port], "SASL_SSL": [host, port]}
+        (server/listeners.py), so that a node tells each client the other nodes' addresses
+        on the listener the client came in on. NULL: one listener, host and port above.
+
     await migrate(conn, shards)     # idempotent; safe when several nodes start at once
 
 Every migration runs in one transaction under a transaction-level advisory lock, so nodes
@@ -35,6 +60,8 @@ starting together apply each version once (the others wait, then find it applied
 failure leaves the previous version whole (PostgreSQL's DDL is transactional).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 __all__ = ["SCHEMA_VERSION", "MIGRATIONS", "migrate", "SchemaError"]
 
@@ -79,6 +106,19 @@ MIGRATIONS = {
         """INSERT INTO groupcoord_catalog (id, version, body)
            VALUES (1, 0, convert_to('{"version":1,"topics":[],"given":[]}', 'UTF8'))""",
     ),
+    3: (
+        """CREATE TABLE groupcoord_security (
+               base_offset bigint PRIMARY KEY,
+               last_offset bigint NOT NULL,
+               batch bytea NOT NULL,
+               appended_at timestamptz NOT NULL DEFAULT now())""",
+    ),
+    4: (
+        "ALTER TABLE groupcoord_nodes ADD COLUMN IF NOT EXISTS incarnation text NULL",
+    ),
+    5: (
+        "ALTER TABLE groupcoord_nodes ADD COLUMN IF NOT EXISTS endpoints text NULL",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -88,12 +128,13 @@ class SchemaError(RuntimeError):
     count (the hash of a group id to its shard must be the same on every node)."""
 
 
-async def migrate(conn, shards: int) -> int:
+async def migrate(conn, shards: Optional[int]) -> int:
     """Bring the schema to SCHEMA_VERSION and make sure the rows of shards 0..shards-1 exist
     (``conn``: an asyncpg connection, not inside a transaction). -> the version before.
     SchemaError when the database is newer than this code or was made with another number
-    of shards."""
-    if shards < 1:
+    of shards. shards None: the tables only, no shard row is made or checked (`groupcoord
+    users` before a node's first start: that node makes the rows with its --shards)."""
+    if shards is not None and shards < 1:
         raise ValueError("shards must be at least 1")
     async with conn.transaction():
         # Serializes concurrent migrators; released at COMMIT/ROLLBACK.
@@ -114,6 +155,8 @@ async def migrate(conn, shards: int) -> int:
                 await conn.execute(statement)
             await conn.execute("INSERT INTO groupcoord_schema_version (version) VALUES ($1)",
                                version)
+        if shards is None:
+            return before
         have = await conn.fetchval("SELECT count(*) FROM groupcoord_shards")
         beyond = await conn.fetchval("SELECT count(*) FROM groupcoord_shards WHERE shard >= $1",
                                      shards)

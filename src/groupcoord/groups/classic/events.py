@@ -154,6 +154,8 @@ def _apply_replaced(g: ClassicGroup, ev: StaticMemberReplaced) -> None:
 
 
 def _apply_rebalance_started(g: ClassicGroup, ev: RebalanceStarted) -> None:
+    if g.state != STATE_COMPLETING or g.rebalance_since < 0:
+        g.rebalance_since = ev.now
     g.state = STATE_PREPARING
     g.state_timestamp = ev.now
     g.barrier_deadline = ev.deadline

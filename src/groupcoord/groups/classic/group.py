@@ -112,6 +112,10 @@ class ClassicGroup(Group):
         self.delay_cap: Optional[int] = None   # not None: in the initial-delay phase
         self.new_member_added = False          # a member joined in this initial-delay window
         self.id_seq = 0                  # makes generated member ids unique per group
+        # When the rebalance in progress started (RebalanceStarted; -1: none since load), for
+        # the lifecycle log's duration: kept while the group goes back from
+        # CompletingRebalance to PreparingRebalance (the same run).
+        self.rebalance_since = -1
         # Derived counters, kept by replay so that a join is not O(members):
         self.num_joined = 0              # members with joined set
         self.protocol_counts: dict = {}  # protocol name -> members that support it
@@ -254,7 +258,7 @@ class ClassicGroup(Group):
                 sorted(self.static_members.items()), list(self.pending),
                 list(self.pending_sync), self.barrier_deadline, self.delay_cap,
                 self.new_member_added, self.id_seq, self.num_joined,
-                sorted(self.protocol_counts.items()),
+                sorted(self.protocol_counts.items()), self.rebalance_since,
                 None if self.last_record is None else msgspec.to_builtins(self.last_record))
 
     # ---- loading a GroupMetadataValue (live after a write, or during recovery)

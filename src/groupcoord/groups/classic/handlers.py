@@ -28,9 +28,11 @@ from groupcoord.groups.classic.group import (SESSION, STATE_COMPLETING, STATE_DE
 from groupcoord.groups.classic.rebalance import (ClassicTx, after_removal, answer_parked,
                                                  group_value, join_error, join_response,
                                                  join_rebalance_timeout, leave_response,
-                                                 park_join, prepare_rebalance, remove_member,
-                                                 session_timeout_refused, sync_response,
-                                                 unwritable)
+                                                 park_join, partitions_moved, prepare_rebalance,
+                                                 remove_member, session_timeout_refused,
+                                                 sync_response, unwritable)
+from groupcoord.groups.lifecycle import (MEMBER_FENCED, MEMBER_JOINED, REBALANCE_COMPLETED,
+                                         STATIC_REPLACED, Event)
 from groupcoord.groups.result import ParkKey, RequestContext, Result, TimerKey
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
@@ -79,6 +81,21 @@ def _joined_event(gid: str, member_id: str, instance_id, req, ctx: RequestContex
                         ctx.version)
 
 
+def _joined(tx: ClassicTx, member_id: str, instance_id, ctx: RequestContext) -> None:
+    tx.note(Event(kind=MEMBER_JOINED, group=tx.gid, type="classic", member=member_id,
+                  instance=instance_id, epoch=tx.g.generation, client=ctx.client_id,
+                  host=ctx.client_host))
+
+
+def _fenced(g, member_id: str, instance_id, code: int) -> tuple:
+    """Result.events of a request refused FENCED_INSTANCE_ID: its member id is not the one
+    holding the instance id (a static member replaced since); () for any other code."""
+    if code != E.FENCED_INSTANCE_ID:
+        return ()
+    return (Event(kind=MEMBER_FENCED, group=g.group_id, type="classic", member=member_id,
+                  instance=instance_id, epoch=g.generation, reason="instance-taken"),)
+
+
 def handle_join(shard, req: m.JoinGroupRequest, ctx: RequestContext) -> Result:
     v, now, gid = ctx.version, ctx.now_ms, req.group_id
     if not gid:
@@ -109,16 +126,19 @@ def handle_join(shard, req: m.JoinGroupRequest, ctx: RequestContext) -> Result:
             tx.timer(SESSION, new_id, now + req.session_timeout_ms)
             return tx.result(join_error(v, E.MEMBER_ID_REQUIRED, new_id))
         tx.emit(_joined_event(gid, new_id, instance, req, ctx, rt, protocols))
+        _joined(tx, new_id, instance, ctx)
         return park_join(tx, new_id)
     if g is None:
         return Result(join_error(v, E.UNKNOWN_MEMBER_ID, req.member_id))
     if req.member_id in g.pending:
         tx = ClassicTx(shard, gid, now)
         tx.emit(_joined_event(gid, req.member_id, None, req, ctx, rt, protocols))
+        _joined(tx, req.member_id, None, ctx)
         return park_join(tx, req.member_id)
     err = g.validate_member(req.member_id, instance)
     if err:
-        return Result(join_error(v, err, req.member_id))
+        return Result(join_error(v, err, req.member_id),
+                      events=_fenced(g, req.member_id, instance, err))
     return _join_known(shard, g, req, ctx, rt, protocols, instance)
 
 
@@ -143,7 +163,7 @@ def _join_known(shard, g: ClassicGroup, req, ctx, rt: int, protocols: tuple, ins
     # Stable leader rejoin (it wants a new assignment), changed metadata, or the barrier.
     tx.emit(_joined_event(g.group_id, mid, instance if instance is not None else
                           mb.instance_id, req, ctx, rt, protocols))
-    return park_join(tx, mid)
+    return park_join(tx, mid, "leader-rejoin" if unchanged else "rejoin")
 
 
 def _stale_join(mb, protocol_type: str, protocols: tuple) -> bool:
@@ -178,6 +198,9 @@ def _replace_static(shard, g: ClassicGroup, old_id: str, req, ctx, rt: int,
     keep = g.state == STATE_STABLE and old.protocols == protocols
     tx.emit(StaticMemberReplaced(g.group_id, old_id, new_id, ctx.client_id, ctx.client_host,
                                  req.session_timeout_ms, rt, protocols))
+    tx.note(Event(kind=STATIC_REPLACED, group=g.group_id, type="classic", member=new_id,
+                  previous=old_id, instance=req.group_instance_id, epoch=g.generation,
+                  client=ctx.client_id, host=ctx.client_host))
     if keep:
         # Same protocols in Stable: keep the assignment, no rebalance; store the new id.
         d = tx.g
@@ -204,7 +227,8 @@ def handle_sync(shard, req: m.SyncGroupRequest, ctx: RequestContext) -> Result:
     if not err and g.state == STATE_PREPARING:
         err = E.REBALANCE_IN_PROGRESS
     if err:
-        return Result(m.SyncGroupResponse(error_code=int(err)))
+        return Result(m.SyncGroupResponse(error_code=int(err)),
+                      events=_fenced(g, req.member_id, req.group_instance_id, err))
     mid = req.member_id
     resp = sync_response(g, v, 0, g.members[mid].assignment)
     if g.state == STATE_STABLE and mid not in g.pending_sync:
@@ -238,12 +262,17 @@ def handle_sync(shard, req: m.SyncGroupRequest, ctx: RequestContext) -> Result:
         log.warning("group %s: generation %d not stored: %s; members get "
                     "UNKNOWN_SERVER_ERROR and the group rebalances", gid[:256], g.generation,
                     too_large)
-        prepare_rebalance(tx, E.UNKNOWN_SERVER_ERROR)
+        prepare_rebalance(tx, E.UNKNOWN_SERVER_ERROR, ("store-failed", mid))
         tx.session(mid)
         return tx.result(sync_response(tx.g, v, E.UNKNOWN_SERVER_ERROR))
     tx.emit(SyncReceived(gid, mid, False, v))
     d = tx.g
     parked = [(mb.member_id, mb.sync_version) for mb in d.members.values() if mb.sync_parked]
+    since = g.rebalance_since
+    tx.note(Event(kind=REBALANCE_COMPLETED, group=gid, type="classic", epoch=d.generation,
+                  duration_ms=ctx.now_ms - since if since >= 0 else -1,
+                  members=len(d.members), units_moved=partitions_moved(d, assignments),
+                  unit="partitions"))
     tx.emit(record)
     for pid, pv in parked:
         tx.answer(pid, "sync", sync_response(d, pv, 0, d.members[pid].assignment))
@@ -273,7 +302,8 @@ def handle_heartbeat(shard, req: m.HeartbeatRequest, ctx: RequestContext) -> Res
     if not err and req.generation_id != g.generation:
         err = E.ILLEGAL_GENERATION
     if err:
-        return Result(m.HeartbeatResponse(error_code=int(err)))
+        return Result(m.HeartbeatResponse(error_code=int(err)),
+                      events=_fenced(g, req.member_id, req.group_instance_id, err))
     # Accepted (even in PreparingRebalance, where it tells the member to rejoin): the
     # session restarts.
     mb = g.members[req.member_id]
@@ -304,9 +334,13 @@ def handle_leave(shard, req: m.LeaveGroupRequest, ctx: RequestContext) -> Result
     else:
         tx = ClassicTx(shard, gid, ctx.now_ms)
         for member_id, instance_id in who:
-            codes.append(_leave_one(tx, member_id, instance_id))
+            code = _leave_one(tx, member_id, instance_id)
+            codes.append(code)
+            tx.events.extend(_fenced(g, member_id, instance_id, code))
         if any(c == 0 for c in codes):
-            after_removal(tx)
+            first = next(mid for (mid, _), c in zip(who, codes) if c == 0)
+            left = [ev.member for ev in tx.events if ev.kind != MEMBER_FENCED]
+            after_removal(tx, ("leave", left[0] if left else first))
     resp = leave_response(v, who, codes)
     return tx.result(resp) if tx is not None else Result(resp)
 
@@ -355,8 +389,6 @@ def rebalance_for_topics(shard, topics, now: int) -> list:
         if (isinstance(g, ClassicGroup) and g.state in (STATE_STABLE, STATE_COMPLETING)
                 and g.protocol_type() == "consumer" and _subscribes_to(g, topics)):
             tx = ClassicTx(shard, gid, now)
-            prepare_rebalance(tx)
-            log.info("classic group %r: rebalancing, the topic catalog changed a subscribed "
-                     "topic", gid[:256])
+            prepare_rebalance(tx, why=("metadata", ""))
             out.append(tx.result())
     return out

@@ -31,16 +31,19 @@ from groupcoord.groups.classic.events import (BarrierExtended, JoinCompleted, Me
 from groupcoord.groups.classic.group import (JOIN, SESSION, STATE_COMPLETING, STATE_EMPTY,
                                              STATE_PREPARING, STATE_STABLE, SYNC,
                                              ClassicGroup, group_record, session_deadline)
+from groupcoord.groups.lifecycle import (MEMBER_EXPIRED, MEMBER_LEFT, REBALANCE_STARTED,
+                                         Event)
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import EMPTY, ParkKey, Result, TimerKey
 from groupcoord.groups.tx import GroupTx
+from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 __all__ = ["ClassicTx", "session_timeout_refused", "join_rebalance_timeout", "join_error",
            "join_response", "sync_response", "leave_response", "answer_parked", "group_value",
            "unwritable", "select_protocol", "drop_classic", "prepare_rebalance", "maybe_complete_join",
-           "complete_join", "remove_member", "after_removal", "park_join"]
+           "complete_join", "remove_member", "after_removal", "park_join", "partitions_moved"]
 
 
 class ClassicTx(GroupTx):
@@ -160,6 +163,31 @@ def unwritable(record: Record, limit: int) -> Optional[str]:
     return None
 
 
+def partitions_moved(g: ClassicGroup, assignments: dict) -> int:
+    """For the lifecycle log: how many partitions the leader's ``assignments`` (member id ->
+    bytes) give to a member that did not hold them in the generation before; -1 unless the
+    group's protocol type is "consumer" and every assignment parses."""
+    if g._ptype != "consumer":
+        return -1
+    moved = 0
+    for mid, mb in g.members.items():
+        new, old = _partitions(assignments.get(mid, b"")), _partitions(mb.assignment)
+        if new is None or old is None:
+            return -1
+        moved += len(new - old)
+    return moved
+
+
+def _partitions(blob: bytes):
+    if not blob:
+        return frozenset()
+    try:
+        a = embedded.decode_assignment(blob)[1]
+    except ValueError:                  # the codec's DecodeError: not a consumer assignment
+        return None
+    return frozenset((tp.topic, p) for tp in a.assigned_partitions for p in tp.partitions)
+
+
 # -------------------------------------------------------------- rebalance machinery
 def select_protocol(members) -> str:
     """Each member votes for its most preferred protocol that every member supports; most
@@ -177,12 +205,18 @@ def select_protocol(members) -> str:
     return min(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def prepare_rebalance(tx: ClassicTx, sync_error: int = E.REBALANCE_IN_PROGRESS) -> None:
+def prepare_rebalance(tx: ClassicTx, sync_error: int = E.REBALANCE_IN_PROGRESS,
+                      why: tuple = ("", "")) -> None:
     """Start a rebalance (no-op in PreparingRebalance). Parked syncs are answered
-    ``sync_error``: their generation will never be stored."""
+    ``sync_error``: their generation will never be stored. ``why``: (reason, member id) for
+    the lifecycle log (lifecycle.REASONS)."""
     g = tx.g
     if g.state == STATE_PREPARING:
         return
+    if g.members:
+        tx.note(Event(kind=REBALANCE_STARTED, group=tx.gid, type="classic",
+                      epoch=g.generation + 1, reason=why[0], member=why[1],
+                      members=len(g.members)))
     answered = [mid for mid, mb in g.members.items() if mb.sync_parked]
     for mid in answered:
         tx.answer(mid, "sync", sync_response(g, g.members[mid].sync_version, sync_error))
@@ -215,7 +249,7 @@ def complete_join(tx: ClassicTx, requester: Optional[str] = None):
     (every parked join answered) or, with nobody left, the group's Empty record."""
     g = tx.g
     for mid in [mid for mid, mb in g.members.items() if not mb.joined]:
-        remove_member(tx, mid)
+        remove_member(tx, mid, MEMBER_EXPIRED, "rebalance-timeout")
     tx.timer(JOIN, "", None)
     if not g.members:
         # Kafka stores the group going Empty: next generation, no protocol, no members.
@@ -240,25 +274,33 @@ def complete_join(tx: ClassicTx, requester: Optional[str] = None):
     return direct
 
 
-def remove_member(tx: ClassicTx, member_id: str) -> None:
-    """Remove a member; its parked requests are answered UNKNOWN_MEMBER_ID."""
+def remove_member(tx: ClassicTx, member_id: str, kind: str = MEMBER_LEFT,
+                  reason: str = "") -> None:
+    """Remove a member; its parked requests are answered UNKNOWN_MEMBER_ID. ``kind`` and
+    ``reason``: its lifecycle event (left, or expired and why)."""
+    g = tx.g
+    tx.note(Event(kind=kind, group=tx.gid, type="classic", member=member_id,
+                  instance=g.members[member_id].instance_id, epoch=g.generation,
+                  reason=reason))
     answer_parked(tx, tx.g, member_id, E.UNKNOWN_MEMBER_ID)
     tx.emit(MemberRemoved(tx.gid, member_id))
     tx.timer(SESSION, member_id, None)
 
 
-def after_removal(tx: ClassicTx) -> None:
-    """After members left: a settled group rebalances; a barrier may now be complete."""
+def after_removal(tx: ClassicTx, why: tuple) -> None:
+    """After members left (``why``: the first one's reason and id, for the lifecycle log): a
+    settled group rebalances; a barrier may now be complete."""
     g = tx.g
     if g.state in (STATE_STABLE, STATE_COMPLETING):
-        prepare_rebalance(tx)
+        prepare_rebalance(tx, why=why)
     maybe_complete_join(tx)
 
 
-def park_join(tx: ClassicTx, member_id: str) -> Result:
+def park_join(tx: ClassicTx, member_id: str, reason: str = "join") -> Result:
     """The member has joined (MemberJoined applied): start or continue the barrier, and
-    answer at once if this join completes it."""
-    prepare_rebalance(tx)
+    answer at once if this join completes it. ``reason``: why a rebalance it starts does
+    (lifecycle.REASONS)."""
+    prepare_rebalance(tx, why=(reason, member_id))
     direct = maybe_complete_join(tx, member_id)
     if direct is not None:
         return tx.result(direct)
@@ -273,8 +315,8 @@ def _fire_session(shard, key: TimerKey, now: int) -> Result:
         return EMPTY
     tx = ClassicTx(shard, key.group_id, now)
     if key.member_id in g.members:
-        remove_member(tx, key.member_id)
-        after_removal(tx)
+        remove_member(tx, key.member_id, MEMBER_EXPIRED, "session-expired")
+        after_removal(tx, ("session-expired", key.member_id))
     elif key.member_id in g.pending:
         tx.emit(PendingMemberForgotten(key.group_id, key.member_id))
         maybe_complete_join(tx)
@@ -305,9 +347,10 @@ def _fire_sync(shard, key: TimerKey, now: int) -> Result:
             or not g.pending_sync:
         return EMPTY
     tx = ClassicTx(shard, key.group_id, now)
-    for mid in list(g.pending_sync):
-        remove_member(tx, mid)
-    after_removal(tx)
+    late = list(g.pending_sync)
+    for mid in late:
+        remove_member(tx, mid, MEMBER_EXPIRED, "sync-timeout")
+    after_removal(tx, ("sync-timeout", late[0]))
     return tx.result()
 
 

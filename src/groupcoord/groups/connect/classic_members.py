@@ -20,11 +20,14 @@ from typing import Optional
 from groupcoord.groups import ids
 from groupcoord.groups.classic.rebalance import join_error, leave_response
 from groupcoord.groups.modern import reconcile as rc
-from groupcoord.groups.connect.group import (NO_TARGET, REVOCATION, SESSION, UNKNOWN_UNIT,
-                                             allocation_pairs, ctl_list, leader_of, pairs_to_units,
+from groupcoord.groups.connect.group import (NO_TARGET, REVOCATION, SESSION, UNITS,
+                                             UNKNOWN_UNIT, allocation_pairs, ctl_list, fenced,
+                                             leader_of, note_removed, pairs_to_units,
                                              protocol_version, rec_current, rec_epoch, rec_member,
                                              uses_classic)
 from groupcoord.groups.connect.selection import choose_worker
+from groupcoord.groups.lifecycle import MEMBER_JOINED, MEMBER_LEFT, Event
+from groupcoord.groups.modern.group import rebalance_started, settle
 from groupcoord.groups.modern.membership import classic_member_id
 from groupcoord.groups.result import Result, TimerKey
 from groupcoord.groups.tx import GroupTx
@@ -63,7 +66,8 @@ def classic_join(shard, g, req, ctx) -> Result:
         if not uses_classic(meta):
             return _join_error(v, E.UNKNOWN_MEMBER_ID, mid)
         if instance is not None and meta.instance_id != instance:
-            return _join_error(v, E.FENCED_INSTANCE_ID, mid)
+            return fenced(_join_error(v, E.FENCED_INSTANCE_ID, mid), g, mid, instance, -1,
+                          "instance-taken")
         cur = g.current[mid]
     else:
         if instance is not None and instance in g.static:
@@ -84,11 +88,19 @@ def classic_join(shard, g, req, ctx) -> Result:
     if new_meta != meta:
         tx.emit(rec_member(gid, mid, new_meta))
     epoch = g.epoch
+    n_members = len(g.members)
+    why = None
     if meta is None:                # a join bumps the epoch; a new-protocol worker computes
         epoch += 1
         tx.emit(rec_epoch(gid, epoch))
         members = dict(g.members)
         members[mid] = new_meta
+        n_members += 1
+        tx.note(Event(kind=MEMBER_JOINED, group=gid, type="connect", member=mid,
+                      instance=new_meta.instance_id, epoch=epoch, client=ctx.client_id,
+                      host=ctx.client_host))
+        why = ("join", mid)
+        rebalance_started(tx, "connect", epoch, why, n_members)
         events, ctimers, _ = choose_worker(g, members, epoch, g.target_epoch, now)
         tx.emit_all(events)
         tx.schedule_all(ctimers)
@@ -104,6 +116,8 @@ def classic_join(shard, g, req, ctx) -> Result:
     if step.revocation != rc.KEEP:
         tx.schedule(TimerKey(REVOCATION, gid, mid),
                     now + rt if step.revocation == rc.ARM else None)
+    settle(tx, g, "connect", epoch=epoch, target_epoch=g.target_epoch, members=n_members,
+           changed={mid: nxt}, why=why, unit=UNITS)
     leader, _ = leader_of(g)
     return tx.result(m.JoinGroupResponse(
         error_code=0, generation_id=nxt.epoch,
@@ -184,4 +198,5 @@ def classic_leave(shard, g, req, ctx) -> Result:
         return Result(resp)
     tx = GroupTx(g.group_id, ctx.now_ms)
     remove_members(tx, g, leaving, shard.config)
+    note_removed(tx, g, leaving, MEMBER_LEFT, "leave", len(g.members) - len(leaving))
     return tx.result(resp)

@@ -9,7 +9,9 @@ from typing import NamedTuple, Optional
 
 from groupcoord.groups.modern import reconcile as rc
 from groupcoord.groups.connect.selection import Members, select_assignor
-from groupcoord.groups.modern.group import ModernGroup, Unconfirmed, described_member
+from groupcoord.groups.lifecycle import MEMBER_FENCED, MEMBER_LEFT, Event
+from groupcoord.groups.modern.group import (ModernGroup, Unconfirmed, described_member,
+                                            rebalance_started, settle)
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import Result, TimerKey, Volatile
 from groupcoord.groups.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALANCE,
@@ -17,7 +19,8 @@ from groupcoord.groups.timers import (CONNECT_ASSIGNMENT, CONNECT_DELAYED_REBALA
 from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 
-__all__ = ["ConnectGroup", "Prepared", "Unconfirmed", "worker_tombstones",
+__all__ = ["ConnectGroup", "Prepared", "Unconfirmed", "worker_tombstones", "note_removed",
+           "fenced",
            "uses_classic", "SESSION", "REVOCATION", "ASSIGNMENT", "DELAYED", "UNKNOWN_UNIT",
            "CONNECTOR_TASK"]
 
@@ -46,6 +49,9 @@ DESCRIBE_PROTOCOL_VERSION = 1
 
 
 CONNECTOR_TASK = -1                   # classic Connect's task id for the connector itself
+
+
+UNITS = "connectors/tasks"            # what the lifecycle log calls a connect group's units
 
 
 CTL = m.ConnectWorkerAssignmentConnectorTaskList
@@ -186,7 +192,7 @@ class ConnectGroup(ModernGroup):
                 "config": (self.config_offset, tuple(sorted(self.connectors.items())))}
         if not durable:
             snap["volatile"] = (self.computing, self.leader, self.prepared,
-                                frozenset(self.unconfirmed))
+                                frozenset(self.unconfirmed), self.lifecycle_state())
             # The indexes replay derives, so that the purity check sees a handler touch them
             # (in external identities: the connector registry depends on what was replayed).
             snap["derived"] = ({self.names((u,)): mid for u, mid in self.holders.items()},
@@ -309,6 +315,30 @@ def worker_tombstones(tx, g: ConnectGroup, mid: str) -> None:
     tx.emit(rec_member(gid, mid, None))
     tx.schedule(TimerKey(SESSION, gid, mid), None)
     tx.schedule(TimerKey(REVOCATION, gid, mid), None)
+
+
+def note_removed(tx, g: ConnectGroup, mids, kind: str, reason: str, members: int) -> None:
+    """The lifecycle events of the removal of workers ``mids`` (staged in ``tx`` with one
+    epoch bump, ``members`` workers left): one per worker (``kind``: left or expired, for
+    ``reason``, a code of lifecycle.REASONS), the rebalance it starts."""
+    epoch = g.epoch + 1
+    for mid in mids:
+        meta = g.members.get(mid)
+        tx.note(Event(kind=kind, group=g.group_id, type="connect", member=mid,
+                      instance=meta.instance_id if meta is not None else None, epoch=epoch,
+                      reason="" if kind == MEMBER_LEFT else reason))
+    why = (reason, mids[0] if mids else "")
+    rebalance_started(tx, "connect", epoch, why, members)
+    settle(tx, g, "connect", epoch=epoch, target_epoch=g.target_epoch, members=members,
+           changed=dict.fromkeys(mids), why=why, unit=UNITS)
+
+
+def fenced(res: Result, g: ConnectGroup, mid: str, instance, member_epoch: int,
+           reason: str) -> Result:
+    """``res`` (a refusal) with the lifecycle event of a fenced worker."""
+    return res._replace(events=(Event(
+        kind=MEMBER_FENCED, group=g.group_id, type="connect", member=mid or "",
+        instance=instance, epoch=g.epoch, reason=reason, member_epoch=member_epoch),))
 
 
 def uses_classic(meta) -> bool:

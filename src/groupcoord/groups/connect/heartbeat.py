@@ -7,25 +7,31 @@ from __future__ import annotations
 from typing import Optional
 
 from groupcoord.groups.connect.group import (LEAVE, NO_TARGET, REVOCATION, SESSION, STATIC_LEAVE,
-                                             ConnectGroup, Prepared, TargetEntry, Unconfirmed,
-                                             heartbeat_error, rec_config, rec_current, rec_epoch,
-                                             rec_member, rec_target, validate_first_heartbeat,
+                                             UNITS, ConnectGroup, Prepared, TargetEntry,
+                                             Unconfirmed, fenced, heartbeat_error, note_removed,
+                                             rec_config, rec_current, rec_epoch, rec_member,
+                                             rec_target, validate_first_heartbeat,
                                              worker_tombstones)
 from groupcoord.groups.connect.selection import check_assignors, choose_worker
 from groupcoord.groups.errors import Reject
+from groupcoord.groups.lifecycle import (MEMBER_EXPIRED, MEMBER_JOINED, MEMBER_LEFT,
+                                         STATIC_REPLACED, Event)
 from groupcoord.groups.connect import migration
 from groupcoord.groups.modern import membership
 from groupcoord.groups.modern import reconcile as rc
+from groupcoord.groups.modern.group import rebalance_started, settle
 from groupcoord.groups.result import EMPTY, Result, TimerKey
 from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as E
 
 
-def remove_worker(tx: GroupTx, g: ConnectGroup, mid: str, cfg=None) -> None:
+def remove_worker(tx: GroupTx, g: ConnectGroup, mid: str, cfg=None, kind: str = MEMBER_LEFT,
+                  reason: str = "leave") -> None:
     """Stage the removal of a member (leave, expiry, fencing), with the epoch bump and the
     choice of another worker if it was computing; when only classic workers remain, the
-    group goes back to a classic group (migration.maybe_downgrade)."""
+    group goes back to a classic group (migration.maybe_downgrade). ``kind`` and ``reason``:
+    its lifecycle event (connect/group.py note_removed)."""
     worker_tombstones(tx, g, mid)
     tx.emit(rec_epoch(g.group_id, g.epoch + 1))
     members = g.members.without(mid)
@@ -33,6 +39,7 @@ def remove_worker(tx: GroupTx, g: ConnectGroup, mid: str, cfg=None) -> None:
     tx.emit_all(events)
     tx.schedule_all(ctimers)
     migration.maybe_downgrade(tx, g, members, g.epoch + 1, cfg)
+    note_removed(tx, g, (mid,), kind, reason, len(members))
 
 
 def _assignors(req_assignors):
@@ -160,6 +167,7 @@ def _upgrade(shard, group, req, ctx) -> Result:
         return res                  # the join is refused: the classic group stays as it was
     tx.emit_all(res.records)
     tx.schedule_all(res.timers)
+    tx.events.extend(res.events)
     return tx.result(res.response)
 
 
@@ -202,14 +210,17 @@ def _static_leave(g, req, ctx, cfg) -> Result:
     if meta is None:
         return heartbeat_error(E.UNKNOWN_MEMBER_ID, "group %s has no member %s" % (gid, mid))
     if meta.instance_id != req.instance_id:
-        return heartbeat_error(E.FENCED_INSTANCE_ID, "member %s is not instance %s"
-                         % (mid, req.instance_id), mid)
+        return fenced(heartbeat_error(E.FENCED_INSTANCE_ID, "member %s is not instance %s"
+                                      % (mid, req.instance_id), mid),
+                      g, mid, req.instance_id, req.member_epoch, "instance-taken")
     cur = g.current[mid]
     # Epoch -2 marks the temporary leave; the previous epoch keeps the real one for the
     # replacement. Its units stay held until it returns or its session expires.
     left = cur._replace(epoch=STATIC_LEAVE, previous_epoch=cur.epoch)
     events, ctimers, _ = choose_worker(g, g.members, g.epoch, g.target_epoch, ctx.now_ms, exclude=mid)
     tx = GroupTx(gid, ctx.now_ms)
+    tx.note(Event(kind=MEMBER_LEFT, group=gid, type="connect", member=mid,
+                  instance=meta.instance_id, epoch=g.epoch, reason="static-leave"))
     tx.emit(rec_current(g, mid, left))
     tx.emit_all(events)
     tx.schedule(TimerKey(SESSION, gid, mid), ctx.now_ms + cfg.connect_session_timeout_ms)
@@ -247,8 +258,9 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         return heartbeat_error(E.UNKNOWN_MEMBER_ID, "group %s has no member %s" % (gid, mid))
     else:
         if req.instance_id is not None and req.instance_id != meta.instance_id:
-            return heartbeat_error(E.FENCED_INSTANCE_ID, "member %s is not instance %s"
-                             % (mid, req.instance_id), mid)
+            return fenced(heartbeat_error(E.FENCED_INSTANCE_ID, "member %s is not instance %s"
+                                          % (mid, req.instance_id), mid),
+                          g, mid, req.instance_id, req.member_epoch, "instance-taken")
         if req.member_epoch == 0 and cur.epoch == STATIC_LEAVE:
             cur = cur._replace(epoch=cur.previous_epoch)     # back from a temporary leave
         elif req.member_epoch != 0:
@@ -260,7 +272,8 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
             try:
                 membership.check_epoch(cur, req.member_epoch, owned)
             except Reject as rej:
-                return heartbeat_error(rej.code, rej.message, mid)
+                return fenced(heartbeat_error(rej.code, rej.message, mid), g, mid,
+                              meta.instance_id, req.member_epoch, "stale-epoch")
 
     # ---- member information
     if meta is not None and replaced is None and req.instance_id is None \
@@ -289,6 +302,18 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
     recs = tx.records
     epoch = g.epoch + 1 if recs and type(recs[-1].key) is m.ConnectWorkerGroupMetadataKey \
         else g.epoch
+    new_member = meta is None
+    if new_member:
+        tx.note(Event(kind=STATIC_REPLACED if replaced is not None else MEMBER_JOINED,
+                      group=gid, type="connect", member=mid, instance=new_meta.instance_id,
+                      epoch=epoch, client=ctx.client_id, host=ctx.client_host,
+                      previous=replaced or ""))
+    why = None
+    if epoch != g.epoch:
+        why = ("join" if new_member and replaced is None
+               else "assignors" if assignors_changed else "config", mid)
+        rebalance_started(tx, "connect", epoch, why, len(members))
+    changed = {} if replaced is None else {replaced: None}
     target = g.target.get(replaced if replaced is not None else mid, NO_TARGET)
     if replaced is not None and replaced in g.target:
         tx.emit(rec_target(g, mid, target))
@@ -316,12 +341,14 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
         events, ctimers, fatal = choose_worker(g, members, epoch, g.target_epoch, now,
                                          computing=computing)
     tx.schedule_all(ctimers)
-    new_member = meta is None
     if fatal:
         # No worker can compute the target: keep the member where it is and say why.
         if new_member:
             tx.emit(rec_current(g, mid, cur))
+            changed[mid] = cur
         tx.emit_all(events)          # (the choice's events follow the member's records)
+        settle(tx, g, "connect", epoch=epoch, target_epoch=g.target_epoch,
+               members=len(members), changed=changed, why=why, unit=UNITS)
         return tx.result(m.ConnectGroupHeartbeatResponse(
             error_code=int(E.UNSUPPORTED_ASSIGNOR), error_message=fatal, member_id=mid,
             member_epoch=cur.epoch, heartbeat_interval_ms=cfg.connect_heartbeat_interval_ms))
@@ -352,6 +379,9 @@ def _join_or_heartbeat(g, req, ctx, cfg) -> Result:
     if step.unconfirmed is not None:
         tx.emit(Unconfirmed(group_id=gid, member_id=mid, unconfirmed=step.unconfirmed))
     tx.emit_all(events)              # (the choice's events follow the member's records)
+    changed[mid] = nxt
+    settle(tx, g, "connect", epoch=epoch, target_epoch=g.target_epoch, members=len(members),
+           changed=changed, why=why, unit=UNITS)
     return tx.result(resp)
 
 
@@ -392,7 +422,8 @@ def _member_timer(shard, key, now_ms, want_unrevoked: bool) -> Result:
             g.current.get(key.member_id), want_unrevoked):
         return EMPTY
     tx = GroupTx(g.group_id, now_ms)
-    remove_worker(tx, g, key.member_id, shard.config)
+    remove_worker(tx, g, key.member_id, shard.config, MEMBER_EXPIRED,
+                  "revocation-timeout" if want_unrevoked else "session-expired")
     return tx.result()
 
 

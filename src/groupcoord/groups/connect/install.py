@@ -5,9 +5,12 @@ from __future__ import annotations
 
 
 from groupcoord.assign import kernels
-from groupcoord.groups.connect.group import (ASSIGNMENT, DELAYED, NO_TARGET, Prepared, TargetEntry,
-                                             lookup, rec_epoch, rec_target, rec_target_meta)
+from groupcoord.groups.connect.group import (ASSIGNMENT, DELAYED, NO_TARGET, UNITS, Prepared,
+                                             TargetEntry, lookup, rec_epoch, rec_target,
+                                             rec_target_meta)
 from groupcoord.groups.connect.selection import ChooseWorker, choose_worker, select_assignor
+from groupcoord.groups.lifecycle import ASSIGNMENT_COMPUTED, Event
+from groupcoord.groups.modern.group import rebalance_started, settle
 from groupcoord.groups.result import EMPTY, Result, TimerKey
 from groupcoord.groups.tx import GroupTx
 from groupcoord.protocol import messages as m
@@ -152,13 +155,14 @@ def _install(shard, req, ctx) -> Result:
         # prepared epoch, so that the group does not ask for the same computation again.
         tx.emit(rec_target_meta(gid, p.epoch, req.error, p.assignor, g.assignor_state,
                                  g.rebalance_deadline_ms))
-        return _installed(tx, g, p)
+        return _installed(tx, g, p, req)
     problems = _violations(req, p)
     if problems:
         more = len(problems) - 5
         return _install_error(E.INVALID_ASSIGNMENT, "invalid assignment: " + "; ".join(
             problems[:5]) + (" (and %d more)" % more if more > 0 else ""))
     listed = {p.current_id(mem.member_id): mem for mem in req.members}
+    moved = 0
     for mid in sorted(g.members):
         mem = listed.get(mid)
         if mem is not None:
@@ -168,23 +172,32 @@ def _install(shard, req, ctx) -> Result:
             new = NO_TARGET
         else:
             continue                    # joined after the prepare: the next target has it
-        if g.target.get(mid, NO_TARGET) != new:
+        old = g.target.get(mid, NO_TARGET)
+        if old != new:
             tx.emit(rec_target(g, mid, new))
+            moved += len(new.units - old.units)
     deadline = now + req.rebalance_delay_ms if req.rebalance_delay_ms >= 0 else -1
     tx.emit(rec_target_meta(gid, p.epoch, 0, p.assignor, req.assignor_state, deadline))
-    return _installed(tx, g, p, (TimerKey(DELAYED, gid), deadline if deadline >= 0 else None))
+    return _installed(tx, g, p, req, moved,
+                      (TimerKey(DELAYED, gid), deadline if deadline >= 0 else None))
 
 
-def _installed(tx: GroupTx, g, p, delayed=None) -> Result:
+def _installed(tx: GroupTx, g, p, req, moved: int = 0, delayed=None) -> Result:
     """The install's end, after its target records: the chosen worker's deadline cancelled,
     the delayed-rebalance timer (``delayed``: its operation, if the install sets one), and the
-    choice of a worker for what is left to compute (none: nobody computes)."""
+    choice of a worker for what is left to compute (none: nobody computes). ``moved``: units
+    the new target gives to another worker (for the lifecycle log)."""
     events, ctimers, _ = choose_worker(g, g.members, g.epoch, p.epoch, tx.now, computing=None)
     tx.schedule(TimerKey(ASSIGNMENT, g.group_id), None)
     if delayed is not None:
         tx.schedule(*delayed)
     tx.schedule_all(ctimers)
     tx.emit_all(events or (ChooseWorker(group_id=g.group_id, member_id=None),))
+    tx.note(Event(kind=ASSIGNMENT_COMPUTED, group=g.group_id, type="connect", epoch=p.epoch,
+                  members=len(g.members), units_moved=moved, unit=UNITS, assignor=p.assignor,
+                  worker=req.member_id, error=req.error))
+    settle(tx, g, "connect", epoch=g.epoch, target_epoch=p.epoch, members=len(g.members),
+           changed={}, moved=moved, unit=UNITS)
     return tx.result(m.ConnectGroupInstallAssignmentResponse())
 
 
@@ -213,4 +226,8 @@ def _delayed_rebalance(shard, key, now_ms) -> Result:
     tx.emit(rec_epoch(g.group_id, g.epoch + 1))
     tx.emit_all(events)
     tx.schedule_all(timers)
+    why = ("delayed", "")
+    rebalance_started(tx, "connect", g.epoch + 1, why, len(g.members))
+    settle(tx, g, "connect", epoch=g.epoch + 1, target_epoch=g.target_epoch,
+           members=len(g.members), changed={}, why=why, unit=UNITS)
     return tx.result()

@@ -58,6 +58,7 @@ def _replay_target_meta(shard, key, value):
     g.assignor_name = value.assignor_name
     g.assignor_state = value.assignor_state
     g.rebalance_deadline_ms = value.rebalance_deadline_ms
+    g.recount()
 
 
 def _replay_target(shard, key, value):
@@ -82,6 +83,7 @@ def _replay_current(shard, key, value):
                     intern=True))
         g.current[mid] = new
     rc.update_holders(g.holders, mid, old, new)
+    g.track(old, new)
 
 
 def _replay_choose(shard, ev, _):

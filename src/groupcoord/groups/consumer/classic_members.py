@@ -17,11 +17,12 @@ from groupcoord.groups import ids
 from groupcoord.groups.classic.rebalance import (join_error, join_rebalance_timeout,
                                                  leave_response, session_timeout_refused)
 from groupcoord.groups.consumer.group import SESSION_TIMER, session_ms
-from groupcoord.groups.consumer.heartbeat import (check_group_size, replace_static_member,
-                                                  update_member)
+from groupcoord.groups.consumer.heartbeat import (check_group_size, fenced_event, note_joined,
+                                                  replace_static_member, update_member)
 from groupcoord.groups.consumer.target import ensure_target
 from groupcoord.groups.consumer.tx import ConsumerTx
 from groupcoord.groups.errors import Reject
+from groupcoord.groups.lifecycle import MEMBER_LEFT, Event
 from groupcoord.groups.consumer.migration import (CONSUMER_PROTOCOL_TYPE, chosen_protocol,
                                               classic_meta, topic_name,
                                               uses_classic)
@@ -51,15 +52,21 @@ def join(shard, g, req, ctx) -> Result:
     instance = req.group_instance_id if v >= 5 else None
     rt = join_rebalance_timeout(req, v)
     tx = ConsumerTx(shard, g.group_id, g, ctx.now_ms)
+    holder = g.static.get(instance) if instance is not None else None
     try:
         mid, base, replaced = _join_member(tx, g, req.member_id, instance, ctx)
     except Reject as rej:
-        return Result(join_error(v, rej.code, req.member_id))
+        return Result(join_error(v, rej.code, req.member_id),
+                      events=fenced_event(shard, g.group_id, req.member_id, instance, -1,
+                                          rej.code))
     if instance is None and base is not None:
         instance = base.instance_id      # a static member rejoining at JoinGroup v0-v4
     meta = classic_meta(sub, rt, protocols, ctx.client_id, ctx.client_host, instance,
                         req.session_timeout_ms)
+    at = len(tx.events)
     update_member(tx, mid, base, meta, replaced)
+    if base is None or replaced:
+        note_joined(tx, at, mid, holder if replaced else None, ctx)
     ensure_target(tx)
     owned = EMPTY_SET if base is None else _owned_units(tx, sub)
     nxt = tx.reconcile(mid, owned, joining=base is None, known=base is not None,
@@ -171,7 +178,11 @@ def leave(shard, g, req, ctx) -> Result:
         if not err and mem.member_id in tx.removed:
             err = E.UNKNOWN_MEMBER_ID
         if not err:
+            at = len(tx.events)
             tx.fence(mem.member_id)
+            tx.events.insert(at, Event(kind=MEMBER_LEFT, group=g.group_id, type="consumer",
+                                       member=mem.member_id, instance=mem.meta.instance_id,
+                                       epoch=tx.epoch))
         codes.append(err)
     resp = leave_response(v, who, codes)
     return tx.result(resp)

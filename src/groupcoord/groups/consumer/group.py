@@ -101,6 +101,7 @@ class ConsumerGroup(ModernGroup):
         mem = self.members.get(member_id)
         if mem is None:
             mem = self.members[member_id] = Member(self.group_id, member_id)
+            self.track(None, mem.a)
         return mem
 
     def set_meta(self, member_id: str, meta) -> None:
@@ -117,6 +118,7 @@ class ConsumerGroup(ModernGroup):
     def set_assignment(self, member_id: str, a: MemberAssignment) -> None:
         mem = self.member(member_id)
         update_holders(self.holders, member_id, mem.a, a)
+        self.track(mem.a, a)
         mem.a = a
 
     def remove(self, member_id: str) -> None:
@@ -125,6 +127,7 @@ class ConsumerGroup(ModernGroup):
             return
         self.unconfirmed.discard(member_id)
         update_holders(self.holders, member_id, mem.a, None)
+        self.track(mem.a, None)
         self._count(mem.meta, -1)
         iid = mem.meta.instance_id
         if iid is not None and self.static.get(iid) == member_id:
@@ -178,7 +181,7 @@ class ConsumerGroup(ModernGroup):
             "targets": {mid: ext(t) for mid, t in self.targets.items()},
         }
         if not durable:
-            snap["volatile"] = frozenset(self.unconfirmed)
+            snap["volatile"] = (frozenset(self.unconfirmed), self.lifecycle_state())
             # The indexes replay derives, so that the purity check sees a handler touch them
             # (in external identities: the topic registry's order depends on what was
             # replayed, a compacted log registering fewer topics).

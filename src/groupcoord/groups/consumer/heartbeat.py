@@ -15,6 +15,8 @@ from groupcoord.groups.consumer.group import (EMPTY_META, JOIN_EPOCH, ConsumerGr
 from groupcoord.groups.consumer.target import ensure_target
 from groupcoord.groups.consumer.tx import ConsumerTx
 from groupcoord.groups.errors import Reject
+from groupcoord.groups.lifecycle import (MEMBER_EXPIRED, MEMBER_FENCED, MEMBER_JOINED,
+                                         MEMBER_LEFT, STATIC_REPLACED, Event)
 from groupcoord.groups.modern import membership
 from groupcoord.groups.modern.membership import LEAVE_EPOCH, STATIC_LEAVE_EPOCH
 from groupcoord.groups.modern.reconcile import EMPTY_SET, STABLE, units_of_index
@@ -24,7 +26,7 @@ from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode as _E
 
 __all__ = ["consumer_group_heartbeat", "validate_heartbeat", "find_member", "update_member",
-           "heartbeat_response", "check_group_size"]
+           "heartbeat_response", "check_group_size", "note_joined", "fenced_event"]
 
 
 def validate_heartbeat(config, req, version: int) -> None:
@@ -157,6 +159,7 @@ def update_member(tx: ConsumerTx, member_id: str, base, meta, replaced: bool) ->
     """Write the metadata if it changed; bump the group epoch when a member joins (not a
     static replacement) or changes what the assignment depends on."""
     tx.put_meta(member_id, meta)
+    tx.why = ("join" if base is None else "subscription", member_id)
     if base is None:
         bump = not replaced
     else:
@@ -167,6 +170,37 @@ def update_member(tx: ConsumerTx, member_id: str, base, meta, replaced: bool) ->
     if bump:
         tx.refresh_subscriptions()
         tx.bump()
+
+
+def note_joined(tx: ConsumerTx, at: int, member_id: str, previous: Optional[str],
+                ctx) -> None:
+    """The lifecycle event of a member new to the group, once update_member staged it: it
+    joined, or it took over the instance id of static member ``previous``, which is fenced.
+    Placed at ``at`` in tx.events (their length before update_member), before the
+    rebalance it starts."""
+    meta = tx.meta(member_id)
+    tx.events.insert(at, Event(kind=STATIC_REPLACED if previous is not None else MEMBER_JOINED,
+                  group=tx.group_id, type="consumer", member=member_id,
+                  instance=meta.instance_id, epoch=tx.epoch, client=ctx.client_id,
+                  host=ctx.client_host, previous=previous or ""))
+
+
+def fenced_event(shard, group_id: str, member_id: str, instance_id: Optional[str],
+                 member_epoch: int, code: int) -> tuple:
+    """The lifecycle event of a request refused because its member is fenced (a stale
+    member epoch, or an instance id another member holds), as Result.events; () for any
+    other refusal."""
+    if code == _E.FENCED_MEMBER_EPOCH:
+        reason = "stale-epoch"
+    elif code == _E.FENCED_INSTANCE_ID:
+        reason = "instance-taken"
+    else:
+        return ()
+    g = shard.groups.get(group_id)
+    return (Event(kind=MEMBER_FENCED, group=group_id, type=g.TYPE if g is not None else "",
+                  member=member_id or "", instance=instance_id,
+                  epoch=getattr(g, "epoch", getattr(g, "generation", -1)), reason=reason,
+                  member_epoch=member_epoch),)
 
 
 def heartbeat_response(tx: ConsumerTx, member_id: str, step) -> m.ConsumerGroupHeartbeatResponse:
@@ -192,7 +226,9 @@ def consumer_group_heartbeat(shard, req, ctx) -> Result:
         return _heartbeat(shard, req, ctx)
     except Reject as rej:
         return Result(m.ConsumerGroupHeartbeatResponse(error_code=rej.code,
-                                                       error_message=rej.message))
+                                                       error_message=rej.message),
+                      events=fenced_event(shard, req.group_id, req.member_id, req.instance_id,
+                                          req.member_epoch, rej.code))
 
 
 def _steady_heartbeat(shard, req, ctx) -> Optional[Result]:
@@ -252,9 +288,14 @@ def _heartbeat(shard, req, ctx) -> Result:
     check_group_size(tx, req.member_id)
     member_id = req.member_id or new_member_id(tx)
     owned = EMPTY_SET if joining else tx.owned_units(req.topic_partitions)
+    holder = tx.group.static.get(req.instance_id) if tx.group is not None \
+        and req.instance_id is not None else None
     base = find_member(tx, member_id, epoch, req.instance_id, owned)
     replaced = member_id in tx.fresh
+    at = len(tx.events)
     update_member(tx, member_id, base, updated_meta(base, req, ctx), replaced)
+    if base is None or replaced:
+        note_joined(tx, at, member_id, holder if replaced else None, ctx)
     ensure_target(tx)
     step = tx.reconcile(member_id, owned, joining, known=base is not None and not replaced)
     tx.timers.append((TimerKey(SESSION_TIMER, tx.group_id, member_id),
@@ -284,6 +325,11 @@ def _leave(shard, req, ctx) -> Result:
     else:
         tx.fence(mid)
         _after_fence(tx, mid)
+    # First among the events: the rebalance it starts follows.
+    tx.events.insert(0, Event(
+        kind=MEMBER_LEFT, group=tx.group_id, type="consumer", member=mid,
+        instance=mem.meta.instance_id, epoch=tx.epoch,
+        reason="static-leave" if req.member_epoch == STATIC_LEAVE_EPOCH else ""))
     return tx.result(m.ConsumerGroupHeartbeatResponse(member_id=mid,
                                                         member_epoch=req.member_epoch))
 
@@ -303,8 +349,12 @@ def _member_timer(shard, key: TimerKey, now_ms: int, want_unrevoked: bool) -> Re
     if not membership.expiry_removes(mem.a if mem is not None else None, want_unrevoked):
         return EMPTY
     tx = ConsumerTx(shard, key.group_id, g, now_ms)
-    tx.fence(key.member_id)
+    reason = "revocation-timeout" if want_unrevoked else "session-expired"
+    tx.fence(key.member_id, reason)
     _after_fence(tx, key.member_id)
+    tx.events.insert(0, Event(kind=MEMBER_EXPIRED, group=key.group_id, type="consumer",
+                              member=mem.member_id, instance=mem.meta.instance_id,
+                              epoch=tx.epoch, reason=reason))
     return tx.result(None)
 
 

@@ -59,6 +59,7 @@ def _replay_target_metadata(shard, key, value) -> None:
     g = _group(shard, key.group_id, value is not None)
     if g is not None:
         g.target_epoch = 0 if value is None else value.assignment_epoch
+        g.recount()
 
 
 def _replay_current_assignment(shard, key, value) -> None:

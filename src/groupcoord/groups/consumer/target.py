@@ -13,6 +13,7 @@ from groupcoord.assign import consumer as assignors
 from groupcoord.groups.consumer.group import (ConsumerGroup, _assignment_key,
                                               _preferred_assignor, _regex_topics)
 from groupcoord.groups.consumer.tx import ConsumerTx
+from groupcoord.groups.lifecycle import ASSIGNMENT_COMPUTED, Event
 from groupcoord.groups.records import Record
 from groupcoord.groups.result import EMPTY, Result, TimerKey
 from groupcoord.protocol import messages as m
@@ -45,6 +46,10 @@ def compute_target(tx: ConsumerTx) -> None:
         owners = current
     # Delta: only members that gained or lost a unit get a new target (and a record).
     moved = owners != current
+    n_moved = int(np.count_nonzero(moved))
+    tx.moved += n_moved
+    tx.note(Event(kind=ASSIGNMENT_COMPUTED, group=tx.group_id, type="consumer", epoch=tx.epoch,
+                  members=len(mids), units_moved=n_moved, unit="partitions", assignor=name))
     changed = np.union1d(owners[moved], current[moved])
     changed = changed[changed >= 0].tolist() + dropped
     for i, mid in enumerate(mids):
@@ -229,10 +234,13 @@ def on_topics_changed(shard, now_ms: int) -> Result:
     """The catalog changed: bump the epoch of every consumer group whose subscribed topics'
     metadata (ids, partition counts, regex matches) changed."""
     records: list = []
+    events: list = []
     for gid in sorted(shard.groups):
         g = shard.groups[gid]
         if isinstance(g, ConsumerGroup) and g.members:
             tx = ConsumerTx(shard, gid, g, now_ms)
             if tx.refresh_subscriptions():
-                records.extend(tx.records)
-    return Result(None, tuple(records)) if records else EMPTY
+                res = tx.result()
+                records.extend(res.records)
+                events.extend(res.events)
+    return Result(None, tuple(records), events=tuple(events)) if records else EMPTY

@@ -10,7 +10,7 @@ from groupcoord.groups.consumer import migration
 from groupcoord.groups.consumer.group import (ConsumerGroup, _regex_topics, _revocation_key)
 from groupcoord.groups.errors import Reject
 from groupcoord.groups.modern import reconcile
-from groupcoord.groups.modern.group import Unconfirmed
+from groupcoord.groups.modern.group import Unconfirmed, rebalance_started, settle
 from groupcoord.groups.modern.reconcile import (EMPTY_SET, NEW_MEMBER, MemberAssignment,
                                                 split_units, units_of_index)
 from groupcoord.groups.records import Record
@@ -58,6 +58,11 @@ class ConsumerTx(GroupTx):
         self.overlay_ids: list = []
         self.bumped = False
         self.precomputed = None            # (AssignorJob, owners) being installed
+        # The lifecycle log (modern/group.py settle): why the epoch moves, set by the step
+        # that moves it, (reason, member id); the bump's; units the targets computed moved.
+        self.why: Optional[tuple] = None
+        self.started: Optional[tuple] = None
+        self.moved = 0
 
     @classmethod
     def open(cls, shard, group_id: str, now_ms: int, create: bool) -> "ConsumerTx":
@@ -196,15 +201,20 @@ class ConsumerTx(GroupTx):
         self.timers.append((_revocation_key(gid, mid), None))
 
     def bump(self) -> None:
-        """Bump the group epoch (once per tx)."""
+        """Bump the group epoch (once per tx), for the reason in ``why`` (none given: the
+        subscribed topics changed)."""
         if self.bumped:
             return
         self.bumped = True
+        self.started = self.why or ("metadata", "")
         self.epoch += 1
         self.records.append(Record(m.ConsumerGroupMetadataKey(self.group_id),
                                    m.ConsumerGroupMetadataValue(epoch=self.epoch)))
+        rebalance_started(self, "consumer", self.epoch, self.started, self.member_count())
 
-    def fence(self, mid: str) -> None:
+    def fence(self, mid: str, reason: str = "leave") -> None:
+        """Remove a member (it left, or a deadline passed: ``reason``) and bump the epoch."""
+        self.why = (reason, mid)
         self.remove(mid)
         self.refresh_subscriptions()
         self.bump()
@@ -239,6 +249,31 @@ class ConsumerTx(GroupTx):
                 for n, (tid, p) in sorted(meta.items())])))
         self.bump()
         return True
+
+    def member_count(self) -> int:
+        """How many members the group has after this change (without listing them)."""
+        g = self.group
+        if g is None:
+            return len(self.metas)
+        n = len(g.members)
+        if self.removed:
+            n -= sum(1 for mid in self.removed if mid in g.members)
+        if self.metas:
+            n += sum(1 for mid in self.metas if mid not in g.members)
+        return n
+
+    def result(self, response=None, park=None):
+        """GroupTx.result, after the lifecycle events of the change (settle). A change that
+        moved no epoch, target or assignment cannot start or complete a rebalance."""
+        if self.bumped or self.moved or self.removed or self.assignments \
+                or self.target_epoch != (self.group.target_epoch if self.group else 0):
+            changed = dict(self.assignments)
+            if self.removed:
+                changed.update(dict.fromkeys(self.removed))
+            settle(self, self.group, "consumer", epoch=self.epoch,
+                   target_epoch=self.target_epoch, members=self.member_count(),
+                   changed=changed, why=self.started, moved=self.moved)
+        return super().result(response, park)
 
     def reconcile(self, mid: str, owned: Optional[frozenset], joining: bool, known: bool,
                   answered: bool = True) -> "reconcile.Step":
