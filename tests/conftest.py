@@ -54,6 +54,7 @@ FILE_TIERS = {
     "test_codec_memory.py": "unit",
     "test_codec_tolerance.py": "unit",
     "test_commit_scan.py": "unit",
+    "test_config_file.py": "unit",            # serve --config; the processes ones marked
     "test_coord_admin.py": "unit",
     "test_coord_classic.py": "unit",
     "test_coord_connect.py": "unit",
@@ -64,6 +65,7 @@ FILE_TIERS = {
     "test_coord_offsets.py": "unit",
     "test_coord_registry.py": "unit",
     "test_coord_retention.py": "unit",
+    "test_deploy.py": "integration",          # deploy/: the unit's and Dockerfile's commands
     "test_doc_blocks.py": "integration",
     "test_doc_references.py": "unit",
     "test_error_codes.py": "unit",
@@ -76,6 +78,7 @@ FILE_TIERS = {
     "test_limits.py": "unit",
     "test_loadgen.py": "integration",
     "test_metrics.py": "e2e",     # serve --metrics-port with confluent-kafka groups (issue 21)
+    "test_web_view.py": "e2e",    # the web view in headless chromium (unit/integration marked)
     "test_bench_coordinator.py": "unit",
     "test_log_verify.py": "unit",
     "test_parity_kafka_python.py": "unit",     # kafka-python as a codec oracle, no client

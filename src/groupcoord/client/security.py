@@ -29,11 +29,12 @@ Without a CA file the system's CAs are used. TLS is 1.2 or later. A SASL protoco
 mechanism, user name or password is a ValueError naming the missing property (Kafka's
 default mechanism, GSSAPI, is not supported). The password is never printed: repr() masks it.
 
-`load_properties(path)` reads Java's .properties syntax: `key=value`, `key: value` or
-`key value`; lines starting with # or ! are comments; a line ending in an odd number of
-backslashes continues on the next (its leading blanks dropped); escapes \\t \\n \\r \\f
-\\uXXXX, and a backslash before any other character stands for that character. The file is
-read as UTF-8 (Java's Properties.load reads ISO-8859-1: the same for ASCII and \\u escapes).
+`load_properties(path)` reads Java's .properties syntax (groupcoord/properties.py, shared
+with the server's --config; re-exported here): `key=value`, `key: value` or `key value`; lines
+starting with # or ! are comments; a line ending in an odd number of backslashes continues on
+the next (its leading blanks dropped); escapes \\t \\n \\r \\f \\uXXXX, and a backslash
+before any other character stands for that character. The file is read as UTF-8 (Java's
+Properties.load reads ISO-8859-1: the same for ASCII and \\u escapes).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from groupcoord.properties import load_properties, parse_properties  # noqa: F401 (re-export)
 from groupcoord.security.scram_client import CLIENT_MECHANISMS
 
 __all__ = ["ClientSecurity", "load_properties", "parse_properties", "parse_jaas_config",
@@ -262,83 +264,3 @@ def _unescape_quoted(s: str) -> str:
     # Java's StreamTokenizer inside quotes: \" \\ \n \t \r \b \f and any other char as itself.
     table = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
     return re.sub(r"\\(.)", lambda m: table.get(m.group(1), m.group(1)), s, flags=re.S)
-
-
-# ---------------------------------------------------------------------- .properties
-_WS = " \t\f"
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-def load_properties(path: str) -> dict:
-    """Read a Kafka client properties file (Java's .properties syntax; module docstring).
-    OSError when it cannot be read; ValueError on a malformed \\u escape."""
-    with open(path, "r", encoding="utf-8") as f:
-        return parse_properties(f.read())
-
-
-def parse_properties(text: str) -> dict:
-    """Java's .properties syntax -> {key: value}; a key given twice keeps its last value."""
-    out: dict = {}
-    logical: Optional[str] = None           # a line being continued
-    for raw in _LINE_BREAK.split(text):      # Java's breaks only (not \v, \u2028...)
-        line = raw.lstrip(_WS)
-        if logical is None:
-            if not line or line[0] in "#!":
-                continue
-            logical = ""
-        # A trailing backslash continues the line unless it is itself escaped.
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:
-            logical += line[:-1]
-            continue
-        logical += line
-        key, value = _split_property(logical)
-        out[key] = value
-        logical = None
-    if logical is not None:                 # the file ended on a continuation
-        key, value = _split_property(logical)
-        out[key] = value
-    return out
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    i, n = 0, len(line)
-    while i < n and line[i] not in "=:" + _WS:
-        i += 2 if line[i] == "\\" else 1
-    key_end = min(i, n)
-    while i < n and line[i] in _WS:
-        i += 1
-    if i < n and line[i] in "=:":
-        i += 1
-        while i < n and line[i] in _WS:
-            i += 1
-    return _unescape(line[:key_end]), _unescape(line[i:])
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out = []
-    i, n = 0, len(s)
-    while i < n:
-        c = s[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        if i + 1 >= n:                      # a lone backslash at the very end: dropped
-            break
-        c = s[i + 1]
-        if c == "u":
-            digits = s[i + 2:i + 6]
-            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                raise ValueError("malformed \\uxxxx escape in a properties file")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(c, c))
-        i += 2
-    return "".join(out)

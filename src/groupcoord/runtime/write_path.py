@@ -80,6 +80,7 @@ class WritePath:
         # Writes a Result's lifecycle events as log lines once it is applied and appended
         # (lifecycle_log.py; one per process: the rate limit is the node's).
         self.lifecycle = lifecycle_log.DEFAULT
+        self.history = None                 # the web view's group history (server/group_view.py)
         self._flush_t0 = 0.0                # the group commit in flight: when it began,
         self._flush_n = 0                   # how many records it takes,
         self._flush_mark = 0                # and records_written when it began
@@ -126,6 +127,8 @@ class WritePath:
             self._schedule_flush()
         if result.events:
             self.lifecycle.write(result.events)
+            if self.history is not None:
+                self.history.note(self, result.events)
         target = self.log.next_offset
         for key, response in result.completions:
             w = self._parked.pop(key, None)

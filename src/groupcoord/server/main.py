@@ -41,6 +41,7 @@ from groupcoord.runtime.lifecycle_log import JsonFormatter
 from groupcoord.server.catalog import (CatalogError, CatalogStore, PgCatalogStore,
                                        load_or_create_cluster_id, load_topics_file,
                                        merge_topics, parse_topic_arg)
+from groupcoord.server.config_file import add_config_args
 from groupcoord.server.cluster_mode import (DEFAULT_DATA_DIR, MIN_LEASE_MS,
                                             STORE_CONNECT_TIMEOUT_S, CatalogFollower,
                                             ClusterView,
@@ -57,6 +58,7 @@ from groupcoord.server.startup import (MAX_CONNECTIONS_CAP, StartupError, check_
 from groupcoord.server.topic_admin import CatalogLimits, check_catalog_limits
 from groupcoord.server.server import Server, ServerConfig
 from groupcoord.server.metrics import Metrics, serve_http
+from groupcoord.server.web import add_web_arguments, register_web_routes
 
 __all__ = ["add_serve_parser", "run"]
 
@@ -201,7 +203,10 @@ def add_serve_parser(sub):
                         "N, node i serves PORT+i-1. Default: no metrics")
     s.add_argument("--metrics-host", default=None, metavar="HOST",
                    help="address the metrics port listens on (default: --host)")
+    add_web_arguments(s)
     add_security_args(s)
+    # --config FILE: every option above by its key in a properties file (config_file.py).
+    add_config_args(s, [(_kafka_name(f), v) for f, v in _defaults(ShardConfig)])
     return s
 
 
@@ -647,6 +652,7 @@ async def _start_http(args, metrics: Optional[Metrics], server: Server):
         raise StartupError("cannot listen on the metrics port %s:%s: %s"
                            % (host, port, e.strerror or e)) from None
     log.info("metrics on http://%s:%d/metrics (health: /healthz, /readyz)", *http.address)
+    register_web_routes(http, server, args)
     return http
 
 
