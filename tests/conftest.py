@@ -73,6 +73,8 @@ FILE_TIERS = {
     "test_golden.py": "unit",
     "test_groups_cli.py": "e2e",              # `groupcoord groups` against serve + clients
     "test_import_graph.py": "unit",
+    "test_integrations.py": "unit",           # groupcoord.integrations, no server
+    "test_integrations_e2e.py": "e2e",        # our assignors in kafka-python / aiokafka
     "test_lifecycle_events.py": "unit",        # lifecycle events of the pure core
     "test_lifecycle_logs.py": "integration",   # serve --log-format text/json, rate limit
     "test_limits.py": "unit",
