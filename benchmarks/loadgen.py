@@ -44,6 +44,12 @@ iteration) to when its response frame is read, per heartbeat, recorded only insi
 measurement window. --echo points the same heartbeat frames at benchmarks/echo_server.py: the
 echoed frame is matched by its correlation id and decoded (as a request) instead of as a
 response; the members then stay as they are.
+
+Security (LoadGen(ssl=..., sasl=...); --ssl-cafile, --sasl-mechanism on the command line): every
+connection is opened over TLS with the given ssl.SSLContext, and/or authenticates with SASL
+before its first group request: SaslHandshake v1, then SaslAuthenticate (the client side of
+SCRAM-SHA-256/512 is the SDK's security/scram_client.py with PBKDF2 memoized, two round trips; PLAIN one). Only opening a
+connection changes; the pipelined hot path is the same code whatever the listener.
 """
 from __future__ import annotations
 
@@ -51,8 +57,10 @@ import abc
 import argparse
 import asyncio
 import gc
+import hashlib
 import json
 import os
+import ssl
 import struct
 import sys
 import time
@@ -78,8 +86,26 @@ from groupcoord.protocol import embedded
 from groupcoord.protocol import messages as m
 from groupcoord.protocol.error_codes import ErrorCode
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from groupcoord.security.scram import MECHANISMS as SCRAM_HASHES  # noqa: E402
+from groupcoord.security.scram_client import ScramClient  # noqa: E402
+
+_SALTED: dict = {}
+
+
+def _cached_pbkdf2(hname: str, password: bytes, salt: bytes, iterations: int) -> bytes:
+    """hashlib.pbkdf2_hmac, memoized: a real client runs PBKDF2 at every connection (~4 ms in
+    CPython), which would make a handshake benchmark measure this process, not the node
+    (the node never runs PBKDF2 for SCRAM)."""
+    key = (hname, password, salt, iterations)
+    out = _SALTED.get(key)
+    if out is None:
+        out = _SALTED[key] = hashlib.pbkdf2_hmac(hname, password, salt, iterations)
+    return out
+
 __all__ = ["LoadGen", "ConsumerGroupSim", "ConnectGroupSim", "ClassicGroupSim",
-           "percentiles", "proc_cpu_seconds"]
+           "percentiles", "proc_cpu_seconds", "sasl_authenticate", "SaslError",
+           "client_ssl_context"]
 
 NONE = 0
 JOIN_V, SYNC_V, HB_V = 5, 3, 3        # what aiokafka / librdkafka send (non-flexible)
@@ -146,6 +172,7 @@ class Conn(asyncio.Protocol):
         self.inflight_hb = 0
         self.lost = False
         self.client_id = lg.client_id
+        self.calls: set = set()            # futures of call() not answered yet
 
     def connection_made(self, transport):
         self.transport = transport
@@ -155,6 +182,17 @@ class Conn(asyncio.Protocol):
         if not self.lg.closing:
             self.lg.fatal = "connection %d lost: %r (%d requests unanswered)" % (
                 self.index, exc, len(self.pending))
+        self.fail_calls(exc)
+
+    def fail_calls(self, exc) -> None:
+        """A setup request (e.g. Metadata on a TLS port spoken to in plain) must not wait
+        for ever once the connection is gone: its caller gets the loss."""
+        for fut in self.calls:
+            if not fut.done():
+                fut.set_exception(ConnectionError(
+                    "connection %d closed by the node before answering (%r)" % (self.index,
+                                                                                 exc)))
+        self.calls.clear()
 
     def _next_corr(self) -> int:
         self.corr = c = (self.corr + 1) & 0x7FFFFFFF
@@ -212,8 +250,44 @@ class Conn(asyncio.Protocol):
     def call(self, req, version: int) -> asyncio.Future:
         """Send one request; a future of its response (setup and inspection)."""
         fut = self.loop.create_future()
-        self.send(req, version, lambda r: fut.done() or fut.set_result(r))
+        self.calls.add(fut)
+
+        def answered(r):
+            self.calls.discard(fut)
+            if not fut.done():
+                fut.set_result(r)
+        self.send(req, version, answered)
         return fut
+
+
+class SaslError(Exception):
+    """The node refused the SASL exchange (the message has its error code and text)."""
+
+
+SASL_HANDSHAKE_V, SASL_AUTHENTICATE_V = 1, 2     # what librdkafka and the Java client send
+
+
+async def sasl_authenticate(conn: Conn, mechanism: str, user: str, password: str) -> None:
+    """SaslHandshake v1 + SaslAuthenticate v2 on a fresh connection: SCRAM-SHA-256/512 in
+    two round trips (the server's signature verified), PLAIN in one. SaslError if refused."""
+    hs = await conn.call(m.SaslHandshakeRequest(mechanism=mechanism), SASL_HANDSHAKE_V)
+    if hs.error_code:
+        raise SaslError("SaslHandshake(%s): error %d (enabled: %s)"
+                        % (mechanism, hs.error_code, ", ".join(hs.mechanisms)))
+
+    async def step(token: bytes) -> bytes:
+        r = await conn.call(m.SaslAuthenticateRequest(auth_bytes=token), SASL_AUTHENTICATE_V)
+        if r.error_code:
+            raise SaslError("SaslAuthenticate(%s, %s): error %d: %s"
+                            % (mechanism, user, r.error_code, r.error_message))
+        return r.auth_bytes
+
+    if mechanism == "PLAIN":
+        await step(b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8"))
+        return
+    sc = ScramClient(mechanism, user, password, pbkdf2=_cached_pbkdf2)
+    final = sc.step(await step(sc.initial()))
+    sc.step(await step(final))          # checks the server's signature (SaslClientError)
 
 
 def _template(req, version: int) -> tuple:
@@ -733,8 +807,15 @@ class ClassicGroupSim:
 # ----------------------------------------------------------------------------- driver
 class LoadGen:
     def __init__(self, host: str, port: int, connections: int = 8, window: int = 64,
-                 echo: bool = False, client_id: str = "loadgen"):
+                 echo: bool = False, client_id: str = "loadgen", ssl=None,
+                 sasl: Optional[tuple] = None, server_hostname: Optional[str] = None):
+        """ssl: an ssl.SSLContext (TLS on every connection; server_hostname, default host,
+        is what the certificate is checked against); sasl: (mechanism, user, password),
+        authenticated on every connection before its first request."""
         self.host, self.port = host, port
+        self.ssl = ssl
+        self.sasl = sasl
+        self.server_hostname = server_hostname
         self.n_conns = connections
         self.window = window
         self.echo = echo
@@ -750,12 +831,23 @@ class LoadGen:
         self.partitions: dict = {}     # topic name -> partitions (from Metadata)
         self.topic_names: dict = {}    # topic id -> name (from Metadata)
 
+    async def open_conn(self, index: int) -> Conn:
+        """A new connection (TLS and SASL as configured), not yet in self.conns."""
+        if self.ssl is None:
+            _t, c = await self.loop.create_connection(lambda: Conn(self, index), self.host,
+                                                      self.port)
+        else:
+            _t, c = await self.loop.create_connection(
+                lambda: Conn(self, index), self.host, self.port, ssl=self.ssl,
+                server_hostname=self.server_hostname or self.host)
+        if self.sasl is not None:
+            await sasl_authenticate(c, *self.sasl)
+        return c
+
     async def connect(self) -> None:
         self.loop = asyncio.get_running_loop()
         for i in range(self.n_conns):
-            _t, c = await self.loop.create_connection(lambda i=i: Conn(self, i), self.host,
-                                                      self.port)
-            self.conns.append(c)
+            self.conns.append(await self.open_conn(i))
         if not self.echo:
             md = await self.conns[0].call(m.MetadataRequest(topics=None), 12)
             self.partitions = {t.name: len(t.partitions) for t in md.topics}
@@ -791,8 +883,7 @@ class LoadGen:
         members = list(members)
         for x in members:
             if x.conn is None:
-                _t, x.conn = await self.loop.create_connection(
-                    lambda: Conn(self, len(self.conns)), self.host, self.port)
+                x.conn = await self.open_conn(len(self.conns))
                 self.conns.append(x.conn)
         for x in members:
             x.schedule(urgent=True)
@@ -997,12 +1088,46 @@ def _parse_args(argv=None):
                    help="the target is benchmarks/echo_server.py: consumer members only, no "
                    "joins; the same steady heartbeat frames")
     p.add_argument("--group-prefix", default="lg")
+    p.add_argument("--ssl", action="store_true",
+                   help="TLS on every connection, the server checked against the system's CAs "
+                   "(or --ssl-cafile)")
+    p.add_argument("--ssl-cafile", default=None, metavar="PEM",
+                   help="TLS on every connection, the server certificate checked against "
+                   "these CAs (implies --ssl)")
+    p.add_argument("--ssl-server-hostname", default=None,
+                   help="the name the server certificate must carry (default: the bootstrap "
+                   "host)")
+    p.add_argument("--sasl-mechanism", default=None,
+                   choices=sorted(SCRAM_HASHES) + ["PLAIN"],
+                   help="authenticate every connection with SASL (SaslHandshake v1 + "
+                   "SaslAuthenticate) before its first request")
+    p.add_argument("--sasl-user", default=None)
+    p.add_argument("--sasl-password", default=None,
+                   help="default: the environment variable LOADGEN_SASL_PASSWORD")
     return p.parse_args(argv)
+
+
+def client_ssl_context(cafile: Optional[str] = None):
+    """TLS 1.2+ client context checking the server's certificate and name (against cafile,
+    else the system's CAs)."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
 
 
 async def _main(a) -> dict:
     host, _, port = a.bootstrap.rpartition(":")
-    lg = LoadGen(host, int(port), a.connections, a.window, echo=a.echo)
+    ctx = client_ssl_context(a.ssl_cafile) if (a.ssl or a.ssl_cafile) else None
+    sasl = None
+    if a.sasl_mechanism:
+        password = a.sasl_password if a.sasl_password is not None else os.environ.get(
+            "LOADGEN_SASL_PASSWORD")
+        if not a.sasl_user or password is None:
+            raise SystemExit("--sasl-mechanism needs --sasl-user and a password "
+                             "(--sasl-password or LOADGEN_SASL_PASSWORD)")
+        sasl = (a.sasl_mechanism, a.sasl_user, password)
+    lg = LoadGen(host, int(port), a.connections, a.window, echo=a.echo, ssl=ctx, sasl=sasl,
+                 server_hostname=a.ssl_server_hostname)
     await lg.connect()
     try:
         topics = [t for t in a.topics.split(",") if t] or sorted(lg.partitions)

@@ -137,12 +137,13 @@ def verify_password(cred: ScramCredential, password: str) -> bool:
 
 
 def client_proof(mechanism: int, password: str, salt: bytes, iterations: int,
-                 auth_message: bytes) -> tuple[bytes, bytes]:
+                 auth_message: bytes, pbkdf2=hashlib.pbkdf2_hmac) -> tuple[bytes, bytes]:
     """The client's side of the keys above (security/scram_client.py): (ClientProof, the
     ServerSignature to expect) for a password, the server-first's salt and iterations and
-    the AuthMessage. One PBKDF2; nothing is kept."""
+    the AuthMessage. One PBKDF2 (``pbkdf2``, hashlib's signature: a load generator passes a
+    memoized one so that its connection rate measures the server); nothing is kept."""
     hname = _hash_name(mechanism)
-    salted = hashlib.pbkdf2_hmac(hname, password.encode("utf-8"), bytes(salt), iterations)
+    salted = pbkdf2(hname, password.encode("utf-8"), bytes(salt), iterations)
     client_key = hmac.digest(salted, b"Client Key", hname)
     stored_key, server_key = _keys(hname, salted)
     proof = _xor(client_key, hmac.digest(stored_key, auth_message, hname))

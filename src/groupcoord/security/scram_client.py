@@ -88,7 +88,7 @@ class ScramClient(SaslClient):
     (default: 32 random bytes, URL-safe base64)."""
 
     def __init__(self, mechanism: str, username: str, password: str, *,
-                 nonce: Optional[str] = None):
+                 nonce: Optional[str] = None, pbkdf2=None):
         code = MECHANISMS.get(mechanism)
         if code is None:
             raise ValueError("not a SCRAM mechanism: %r (%s)" % (mechanism, ", ".join(MECHANISMS)))
@@ -105,6 +105,7 @@ class ScramClient(SaslClient):
         self._nonce = nonce
         self._first_bare = "n=%s,r=%s" % (escape_saslname(username), nonce)
         self._expected_signature: Optional[bytes] = None
+        self._pbkdf2 = pbkdf2             # None: hashlib's (scram.client_proof)
         self._state = 0                 # 0 initial, 1 sent first, 2 sent final, 3 done
 
     def __repr__(self) -> str:          # never the password
@@ -161,8 +162,9 @@ class ScramClient(SaslClient):
         auth_message = ("%s,%s,%s" % (self._first_bare, server_first, without_proof)
                         ).encode("utf-8")
         password, self._password = self._password, None
+        kw = {} if self._pbkdf2 is None else {"pbkdf2": self._pbkdf2}
         proof, self._expected_signature = client_proof(self._code, password, salt,
-                                                       iterations, auth_message)
+                                                       iterations, auth_message, **kw)
         return ("%s,p=%s" % (without_proof, base64.b64encode(proof).decode("ascii"))
                 ).encode("ascii")
 
