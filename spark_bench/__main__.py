@@ -1,10 +1,12 @@
-"""python -m spark_bench {assign,reconcile,compare} [options]  (docs/spark-bench.md)"""
+"""python -m spark_bench {assign,reconcile,compare,plot} [options]  (docs/spark-bench.md)"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
+import threading
 import time
 
 from spark_bench import gen, simulate as S
@@ -19,16 +21,20 @@ workloads:
              unowned, never-owned-twice check
   compare    eager vs incremental-cooperative vs declarative on the same groups: task-seconds
              of downtime per rebalance
+  plot       no Spark: redraw every <workload>.png in --out from its Parquet results, and
+             summary.png ("which assignor should I use") when assign and compare are there
 
 The default shape (--groups 1000 --workers 1000000 --tasks 10000000) is 1,000 groups sharing
 1M workers and 10M tasks, plus (unless --no-giant) one giant group of 1M workers x 10M tasks.
 Outputs in --out: <workload>.parquet, <workload>.csv (one row per workload, view, config,
-event and group-size bucket), <workload>.png, <workload>-run.json.
+event and group-size bucket), <workload>.png, <workload>-run.json; summary.png once --out
+holds both assign and compare results.
 
 examples:
   python -m spark_bench assign --workers 1000000 --tasks 10000000
   python -m spark_bench compare --groups 200 --workers 20000 --tasks 200000 --no-giant
   python -m spark_bench reconcile --master spark://host:7077 --groups 100000 ...
+  python -m spark_bench plot --out spark-bench-out
 """
 
 
@@ -50,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m spark_bench", description="Benchmark groupcoord's assignors and "
         "rebalance protocols on synthetic clusters with PySpark.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("workload", choices=("assign", "reconcile", "compare"))
+    p.add_argument("workload", choices=("assign", "reconcile", "compare", "plot"))
     g = p.add_argument_group("spark")
     g.add_argument("--master", default="local[*]",
                    help="Spark master URL (default local[*]; local[2], spark://host:7077, "
@@ -67,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="on: also run the same batches in a plain single-process loop and "
                         "report Spark's speed-up and overhead; pool: and on a pool of as "
                         "many plain processes as Spark has cores (default on)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (the one-line-per-stage log stays)")
     g = p.add_argument_group("population")
     g.add_argument("--groups", type=int, default=1000,
                    help="regular groups (default 1000)")
@@ -137,41 +144,95 @@ def options(a):
     return Options(cluster=cfg, events=a.events, views=a.views, assignors=a.assignors, sim=sim)
 
 
+class Steps:
+    """What the run is doing, one line per stage with the seconds since the start: starting
+    the JVM and the warm-up job take many seconds with nothing else on the screen. A stage
+    that has no progress bar prints a 'still ...' line every ``tick`` seconds."""
+
+    def __init__(self, tick: float = 15.0, out=None):
+        self.t0 = time.perf_counter()
+        self.tick = tick
+        self.out = out          # None: sys.stdout at the time of each line
+
+    def say(self, msg: str):
+        print("[%6.1f s] %s" % (time.perf_counter() - self.t0, msg), file=self.out,
+              flush=True)
+
+    @contextlib.contextmanager
+    def stage(self, name: str, detail: str = "", ticking: bool = True):
+        self.say("%s%s ..." % (name, ": " + detail if detail else ""))
+        t = time.perf_counter()
+        stop = threading.Event()
+
+        def tick():
+            while not stop.wait(self.tick):
+                self.say("  still %s (%.0f s so far)" % (name, time.perf_counter() - t))
+        th = threading.Thread(target=tick, daemon=True) if ticking and self.tick else None
+        if th:
+            th.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if th:
+                th.join()
+        self.say("%s: done in %.1f s" % (name, time.perf_counter() - t))
+
+
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
-    from spark_bench import report, spark as SP
+    from spark_bench import report
+    if a.workload == "plot":
+        paths = report.replot(a.out)
+        if not paths:
+            print("no results (<workload>.parquet) in %s" % a.out)
+            return 1
+        print("wrote " + ", ".join(paths))
+        return 0
+    from spark_bench import spark as SP
+    steps = Steps()
     opts = options(a)
     rows = gen.plan_groups(a.seed, a.groups, a.workers, a.tasks, a.size_dist,
                            giant=not a.no_giant, zipf_a=a.zipf_a)
     parts = SP.partition_plan(rows, a.units_per_partition)
     conf = dict(kv.split("=", 1) for kv in a.conf)
+    steps.say("spark_bench %s: %d groups (%d workers, %d tasks in all) in %d partitions"
+              % (a.workload, len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows),
+                 len(parts)))
     from pyspark.sql import SparkSession
     own_session = SparkSession.getActiveSession() is None   # stop only a session we start
-    spark = SP.session(a.master, a.driver_memory, conf=conf)
+    with steps.stage("starting Spark", "master %s, driver memory %s (the JVM starts)"
+                     % (a.master, a.driver_memory)):
+        spark = SP.session(a.master, a.driver_memory, conf=conf)
     try:
         cores = SP.cores(spark)
-        print("spark_bench %s: %d groups (%d workers, %d tasks in all) in %d partitions, "
-              "master %s (%d cores)" % (a.workload, len(rows), sum(r[1] for r in rows),
-                                        sum(r[2] for r in rows), len(parts), a.master, cores),
-              flush=True)
+        steps.say("Spark is up: master %s, %d cores" % (a.master, cores))
+        bars = not a.no_progress
         warm = None
         if not a.no_warmup:
             # First job: starts the Python workers, imports, JIT; its numbers are discarded.
             small = SP.partition_plan(rows[:min(len(rows), 2 * cores)], 1)
             small = [[(g, min(w, 100), min(t, 1000)) for g, w, t in p] for p in small]
-            _, warm = SP.run_job(spark, a.workload, small, opts, progress=False)
-        pdf, wall = SP.run_job(spark, a.workload, parts, opts, progress=not a.no_progress,
-                               label=a.workload)
+            with steps.stage("warm-up job", "%d small groups, discarded (starts the Python "
+                             "workers, imports groupcoord)" % sum(map(len, small)),
+                             ticking=not bars):
+                _, warm = SP.run_job(spark, a.workload, small, opts, progress=bars,
+                                     label="warm-up")
+        with steps.stage("%s job" % a.workload, "%d partitions on %d cores"
+                         % (len(parts), cores), ticking=not bars):
+            pdf, wall = SP.run_job(spark, a.workload, parts, opts, progress=bars,
+                                   label=a.workload)
         timing = {"spark_s": wall, "cores": cores, "warmup_s": warm}
         if a.baseline in ("on", "pool"):
-            print("baseline: the same batches in a plain single-process loop ...", flush=True)
-            base, bwall = SP.baseline(a.workload, parts, opts)
+            with steps.stage("baseline", "the same batches in a plain single-process loop"):
+                base, bwall = SP.baseline(a.workload, parts, opts)
             timing.update(baseline_s=bwall, speedup=bwall / wall,
                           overhead=wall * cores / bwall,
                           baseline_kernel_s=float(base["kernel_s"].sum()))
         if a.baseline == "pool":
-            print("baseline: the same batches on %d plain processes ..." % cores, flush=True)
-            _, pwall = SP.baseline_pool(a.workload, parts, opts, cores)
+            with steps.stage("pool baseline", "the same batches on %d plain processes"
+                             % cores):
+                _, pwall = SP.baseline_pool(a.workload, parts, opts, cores)
             timing.update(pool_s=pwall, pool_ratio=wall / pwall)
         table = report.derive(pdf)
         meta = {"argv": sys.argv if argv is None else argv, "args": vars(a), "timing": timing,
@@ -185,8 +246,12 @@ def main(argv=None) -> int:
                          ("pool_ratio", timing.get("pool_ratio"))):
             table[col] = val      # whole-run figures, repeated on every row
         paths = report.write(table, a.out, a.workload, meta)
-        paths["png"] = report.plot(table, os.path.join(a.out, a.workload + ".png"),
-                                   a.workload)
+        with steps.stage("plots", ticking=False):
+            paths["png"] = report.plot(table, os.path.join(a.out, a.workload + ".png"),
+                                       a.workload)
+            summary = report.plot_summary(a.out)
+            if summary:
+                paths["summary"] = summary
         from rich.console import Console
         report.summary(table, a.workload, timing, console=Console(width=160))
         print("wrote " + ", ".join(paths.values()))

@@ -115,6 +115,7 @@ FILE_TIERS = {
     "test_server_node.py": "unit",
     "test_server_processes.py": "integration",   # serve --processes 2: a supervisor, 2 nodes
     "test_spark_bench.py": "unit",             # the ones with the `spark` fixture: spark
+    "test_spark_plots.py": "unit",             # spark_bench's figures, no Spark
     "test_storage_batch.py": "unit",
     "test_storage_corruption.py": "integration",
     "test_storage_crash.py": "integration",

@@ -9,6 +9,7 @@ seconds); the others need no Spark.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -262,6 +263,11 @@ def test_cli_writes_table_and_plot(spark, tmp_path, capsys):
     assert t["downtime_per_rebalance_s"].notna().all()
     out = capsys.readouterr().out
     assert "downtime" in out and "speed-up" in out
+    # a line per stage with the time since the start, also without progress bars
+    for stage in ("starting Spark", "compare job", "baseline", "plots"):
+        assert re.search(r"^\[\s*\d+\.\d s\] %s: done in \d+\.\d s$" % stage, out, re.M), stage
+    # compare alone: no summary figure (it needs the assign results too)
+    assert not (tmp_path / "summary.png").exists()
 
 
 def test_cli_help():
