@@ -83,6 +83,7 @@ FILE_TIERS = {
     "test_web_view.py": "e2e",    # the web view in headless chromium (unit/integration marked)
     "test_bench_coordinator.py": "unit",
     "test_log_verify.py": "unit",
+    "test_packaging.py": "e2e",    # sdist -> wheel in a fresh venv -> .ci/check_wheel.py
     "test_parity_kafka_python.py": "unit",     # kafka-python as a codec oracle, no client
     "test_record_types.py": "unit",
     "test_records.py": "unit",
