@@ -162,6 +162,29 @@ def test_renewals_of_overlapping_shards_from_two_sessions_do_not_deadlock(pg_db)
     run(main())
 
 
+def test_a_displaced_process_cannot_acquire_its_id_shards(pg_db):
+    """Two processes with node id 1: once the second holds the id's row, the first (paused,
+    woken) can no longer take shards, not even the ones owned by "node 1" (the second)."""
+    async def main():
+        admin, (old, other) = await _setup(pg_db)
+        twin = PgLeases(other.db, 1, LEASE_MS, host="127.0.0.1", port=9401)
+        try:
+            assert await old.register() is None
+            assert await old.acquire(0) == 1
+            await admin.execute("UPDATE groupcoord_nodes SET last_seen = last_seen - "
+                                "interval '1 hour' WHERE node_id = 1")    # old looks dead
+            assert await twin.register() is None                       # the twin takes id 1
+            await admin.execute("UPDATE groupcoord_shards SET lease_expires = NULL "
+                                "WHERE shard = 0")
+            assert await twin.acquire(0) == 2
+            assert await old.acquire(0) is None         # owner = 1, but not its incarnation
+            assert await old.acquire(1) is None         # a free shard neither
+            assert await twin.acquire(1) == 1
+        finally:
+            await _close(admin, [old, other])
+    run(main())
+
+
 def test_a_node_with_several_listeners_registers_each_address(pg_db):
     """Schema v5: the listeners' addresses travel with the node row, so another node can
     name them per listener (cluster/node.py ClusterNode.brokers(listener))."""

@@ -38,12 +38,19 @@ TABLES = ("groupcoord_schema_version", "groupcoord_nodes", "groupcoord_shards")
 
 _MS = "$%d::bigint * interval '1 millisecond'"
 
+# The last condition: never while another incarnation holds this node id's row. Two
+# processes with one id would otherwise take each other's shards (owner = $2 is "ours"): a
+# displaced process that wakes up and acquires before its heartbeat finds its row taken
+# (tests/test_cluster_node.py, the node whose id another process took).
 _ACQUIRE = """
 UPDATE groupcoord_shards
    SET owner = $2, epoch = epoch + 1, lease_expires = clock_timestamp() + """ + _MS % 3 + """
  WHERE shard = $1
    AND (owner IS NULL OR owner = $2 OR lease_expires IS NULL
         OR lease_expires <= clock_timestamp())
+   AND NOT EXISTS (SELECT 1 FROM groupcoord_nodes AS n
+                    WHERE n.node_id = $2 AND n.incarnation IS NOT NULL
+                      AND n.incarnation <> $4)
 RETURNING epoch"""
 
 # Lock the rows in shard order first: two renewals over overlapping shards (stale views of two
@@ -219,7 +226,8 @@ class PgLeases:
     async def acquire(self, shard: int) -> Optional[int]:
         """Take the shard if it is free (no owner, or its lease expired by the database's
         clock) or already ours: the new epoch (old + 1), else None."""
-        return await self.db.fetchval(_ACQUIRE, shard, self.node_id, self.lease_ms)
+        return await self.db.fetchval(_ACQUIRE, shard, self.node_id, self.lease_ms,
+                                      self.incarnation)
 
     async def renew(self, epochs: Iterable[Tuple[int, int]]) -> Set[int]:
         """Extend the leases of the (shard, epoch) pairs that are still ours at that epoch;
