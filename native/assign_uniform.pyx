@@ -38,9 +38,12 @@ range
 
 import numpy as np
 
+cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
+
+cnp.import_array()
 
 cdef extern from "limits.h":
     int INT32_MAX "INT_MAX"
@@ -809,44 +812,217 @@ cdef int _uniform(int32_t n_topics, int32_t n_members, const int32_t* ppt, const
 
 # ------------------------------------------------------------------------------ range
 
+# The loops below move whole 16-byte blocks through memcpy of a constant size: compilers turn
+# each into one vector load or store (SSE2 / NEON) even at -O2, where GCC would leave the plain
+# element-by-element loops scalar.
+
+cdef inline void _fill(int32_t* out, int64_t n, int32_t v) noexcept nogil:
+    cdef int32_t p[4]
+    cdef int64_t i = 0
+    if n < 4:
+        while i < n:
+            out[i] = v
+            i += 1
+        return
+    p[0] = v
+    p[1] = v
+    p[2] = v
+    p[3] = v
+    while i + 4 <= n:
+        memcpy(&out[i], p, 16)
+        i += 4
+    memcpy(&out[n - 4], p, 16)          # the tail, overlapping the last full block
+
+
+cdef inline void _iota(int32_t* out, int32_t v, int64_t n) noexcept nogil:
+    # out[j] = v + j
+    cdef int32_t p[4]
+    cdef int64_t i = 0
+    p[0] = v
+    p[1] = v + 1
+    p[2] = v + 2
+    p[3] = v + 3
+    while i + 4 <= n:
+        memcpy(&out[i], p, 16)
+        p[0] += 4
+        p[1] += 4
+        p[2] += 4
+        p[3] += 4
+        i += 4
+    while i < n:
+        out[i] = <int32_t>(v + i)
+        i += 1
+
+
+cdef inline int64_t _deal(int32_t* out, int32_t m, int64_t count, int64_t width) noexcept nogil:
+    # members m, m+1, ... (count of them) take width consecutive units each
+    cdef int32_t p[4]
+    cdef int64_t j, i
+    if count <= 0:
+        return 0
+    if width == 1:                      # one each (more members than partitions)
+        _iota(out, m, count)
+        return count
+    for j in range(count - 1):
+        # whole 16-byte stores; up to 3 values spill into the next member's units, which
+        # that member rewrites next
+        p[0] = <int32_t>(m + j)
+        p[1] = p[0]
+        p[2] = p[0]
+        p[3] = p[0]
+        i = 0
+        while i < width:
+            memcpy(&out[j * width + i], p, 16)
+            i += 4
+    _fill(&out[(count - 1) * width], width, <int32_t>(m + count - 1))   # the last ends exactly
+    return count * width
+
+
+cdef enum:
+    RANGE_BLOCK = 1024                  # most rows compared by one memcmp while finding runs
+
+
+cdef inline bint _repeats(const int32_t* subs, const int64_t* sptr, int32_t a, int32_t b,
+                          int64_t n0) noexcept nogil:
+    # rows a..b-1 (n0 entries each, like row a - 1) each equal the row before them
+    return n0 == 0 or memcmp(&subs[sptr[a]], &subs[sptr[a] - n0],
+                             <size_t>((b - a) * n0) * sizeof(int32_t)) == 0
+
+
 cdef int _range(int32_t n_topics, int32_t n_members, const int32_t* ppt, const int64_t* base,
                 const int64_t* sptr, const int32_t* subs, int64_t n_subs,
                 const uint8_t* static_member, int32_t* out) noexcept nogil:
-    cdef Arena ar
-    cdef int64_t* tptr = NULL
-    cdef int32_t* tsub = NULL
-    cdef int32_t t, m, pss, k
-    cdef int64_t S, P, q, r, u, e, n, i
-    cdef int rc = _check_subscriptions(n_members, n_topics, sptr, subs, n_subs)
-    if rc != RC_OK:
-        return rc
-    ar.n = 0
-    rc = _transpose(&ar, n_members, n_topics, sptr, subs, &tptr, &tsub)
-    if rc == RC_OK:
-        for t in range(n_topics):
-            P = ppt[t]
-            S = tptr[t + 1] - tptr[t]
-            u = base[t]
-            if S == 0:
-                for i in range(P):
-                    out[u + i] = -1
+    # Member m's rank among topic t's subscribers is the number of earlier subscribers (statics
+    # first); rank k takes partitions [k*q + min(k, r), +q + (k < r)). So no topic -> members
+    # table is needed: count subscribers per topic, then let every member write its own
+    # ranges. Consecutive members with byte-identical rows (a homogeneous group is one such
+    # run; Kafka's bucketed groups are five) are handled as one run: one memcmp pass over the
+    # subscriptions, then per run one read of its row and sequential writes of the output.
+    cdef int32_t T = n_topics, M = n_members
+    cdef int32_t t, m, m0, m1, g, nr = 0, L, ls, hi, mid
+    cdef int64_t e, n0, P, S, q, r, k, pos, nn
+    cdef int32_t c
+    cdef int64_t lastP, lastS, lastk, lastpos = 0, lastn = 0
+    cdef int32_t* seen
+    cdef int32_t* cnt
+    cdef int32_t* cst
+    cdef int32_t* nxt
+    cdef int32_t* nst
+    cdef int32_t* runs
+    cdef void* block
+    if sptr[0] != 0 or sptr[M] != n_subs:
+        return RC_INDPTR
+    for m in range(M):
+        if sptr[m + 1] < sptr[m]:
+            return RC_INDPTR
+    # seen, cnt, cst, nxt, nst: T each; runs: M + 1
+    block = malloc((5 * <size_t>T + <size_t>M + 1) * sizeof(int32_t))
+    if block == NULL:
+        return RC_NOMEM
+    seen = <int32_t*>block
+    cnt = seen + T
+    cst = cnt + T
+    nxt = cst + T
+    nst = nxt + T
+    runs = nst + T
+    m = 0
+    while m < M:                                    # runs of identical rows
+        runs[nr] = m
+        nr += 1
+        n0 = sptr[m + 1] - sptr[m]
+        m += 1
+        c = 8
+        while m < M:
+            # the next rows with n0 entries each (at most c): they all repeat row m - 1 (so
+            # the run's first row) iff the block from row m - 1 on has period n0, which one
+            # memcmp of the block against itself shifted by a row tells. Blocks double while
+            # they match (a homogeneous group is a handful of memcmp calls), and a block that
+            # does not is bisected down to its first differing row.
+            hi = m
+            while hi - m < c and hi < M and sptr[hi + 1] - sptr[hi] == n0:
+                hi += 1
+            if hi == m:
+                break
+            if _repeats(subs, sptr, m, hi, n0):
+                m = hi
+                c = c * 2 if c < RANGE_BLOCK else c
                 continue
+            while hi - m > 1:                       # rows before m repeat; one in [m, hi) not
+                mid = m + (hi - m) // 2
+                if _repeats(subs, sptr, m, mid, n0):
+                    m = mid
+                else:
+                    hi = mid
+            break
+    runs[nr] = M
+    for t in range(T):
+        seen[t] = -1
+        cnt[t] = 0
+        cst[t] = 0
+        nxt[t] = 0
+        nst[t] = 0
+    for g in range(nr):                             # subscribers (and statics) per topic
+        m0 = runs[g]
+        L = runs[g + 1] - m0
+        ls = 0
+        if static_member != NULL:
+            for m in range(m0, m0 + L):
+                ls += static_member[m] != 0
+        for e in range(sptr[m0], sptr[m0 + 1]):
+            t = subs[e]
+            if <uint32_t>t >= <uint32_t>T:          # identical rows are valid with their run's
+                free(block)
+                return RC_TOPIC
+            if seen[t] != g:                        # a topic listed twice counts once
+                seen[t] = g
+                cnt[t] += L
+                cst[t] += ls
+    for t in range(T):
+        if cnt[t] == 0:
+            _fill(&out[base[t]], ppt[t], -1)
+        seen[t] = -1
+    for g in range(nr):
+        m0 = runs[g]
+        m1 = runs[g + 1]
+        lastP = lastS = lastk = -1
+        for e in range(sptr[m0], sptr[m0 + 1]):
+            t = subs[e]
+            if seen[t] == g:
+                continue
+            seen[t] = g
+            P = ppt[t]
+            S = cnt[t]
             q = P // S
             r = P % S
-            k = 0
-            # subscribers are ascending; with static members, two sweeps: statics, then others
-            for pss in range(2 if static_member != NULL else 1):
-                for e in range(tptr[t], tptr[t + 1]):
-                    m = tsub[e]
-                    if static_member != NULL and (static_member[m] != 0) != (pss == 0):
-                        continue
-                    n = q + 1 if k < r else q
-                    k += 1
-                    for i in range(n):
-                        out[u] = m
-                        u += 1
-    _free_all(&ar)
-    return rc
+            if static_member == NULL:
+                # the run's members hold consecutive ranks: one contiguous stretch of the
+                # topic; its first nn members (ranks below r) take q + 1 units, the rest q
+                k = nxt[t]
+                L = m1 - m0
+                nxt[t] += L
+                pos = base[t] + k * q + (k if k < r else r)
+                if P == lastP and S == lastS and k == lastk:
+                    # same stretch as the run's previous topic (co-partitioned topics, so
+                    # every topic of a homogeneous group with equal partition counts): copy it
+                    memcpy(&out[pos], &out[lastpos], <size_t>lastn * sizeof(int32_t))
+                    continue
+                nn = r - k
+                nn = 0 if nn < 0 else (L if nn > L else nn)
+                lastn = _deal(&out[pos], m0, nn, q + 1)
+                if q > 0:
+                    lastn += _deal(&out[pos + lastn], m0 + <int32_t>nn, L - nn, q)
+                lastP, lastS, lastk, lastpos = P, S, k, pos
+            else:
+                for m in range(m0, m1):
+                    if static_member[m] != 0:
+                        k = nst[t]
+                        nst[t] += 1
+                    else:
+                        k = cst[t] + nxt[t]
+                        nxt[t] += 1
+                    _fill(&out[base[t] + k * q + (k if k < r else r)], q + (k < r), m)
+    free(block)
+    return RC_OK
 
 
 # ------------------------------------------------------------------------------ Python entry
@@ -907,8 +1083,8 @@ cdef struct KernelArgs:
 
 cdef tuple _kernel_args(const int32_t[::1] ppt, const int64_t[::1] sptr,
                         const int32_t[::1] subs, KernelArgs* a):
-    # Checks the inputs uniform and range_ share and fills a. Returns (base, out): the arrays
-    # behind a.base and a.out, which the caller keeps alive while the kernel runs.
+    # Checks uniform's inputs and fills a (range_ reads its arrays itself). Returns (base, out):
+    # the arrays behind a.base and a.out, which the caller keeps alive while the kernel runs.
     a.T = <int32_t>ppt.shape[0]
     a.M = _n_members(sptr)
     base = _base_array(ppt)
@@ -946,19 +1122,75 @@ def uniform(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscrip
     return out
 
 
-def range_(const int32_t[::1] partitions_per_topic, const int64_t[::1] subscriptions_indptr,
-           const int32_t[::1] subscriptions, const uint8_t[::1] static_member=None):
-    """Kernel of groupcoord.assign.consumer.range_ (static_member: uint8[n_members] or None)."""
-    cdef KernelArgs a
-    base, out = _kernel_args(partitions_per_topic, subscriptions_indptr, subscriptions, &a)
-    if static_member is not None and static_member.shape[0] != a.M:
-        raise ValueError("static_member has %d entries for %d members"
-                         % (static_member.shape[0], a.M))
+cdef inline bint _ready(object a, int typenum):
+    # a 1-D, C-contiguous, aligned, native-order array of typenum's kind and size: usable as is
+    if not cnp.PyArray_Check(a):
+        return False
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    return (cnp.PyArray_NDIM(arr) == 1 and cnp.PyArray_ISCARRAY_RO(arr)
+            and cnp.PyArray_ISNOTSWAPPED(arr)
+            and cnp.PyArray_EquivTypenums(cnp.PyArray_TYPE(arr), typenum))
+
+
+def range_(partitions_per_topic, subscriptions_indptr, subscriptions, static_member=None,
+           current=None):
+    """Kernel of groupcoord.assign.consumer.range_. Takes the arrays without a copy when they
+    are already 1-D, C-contiguous int32 / int64 / int32 (static_member: bool or uint8 of
+    length n_members, or None); returns None when one is not, for the caller to convert and
+    call again. current (an array, or None) is only checked for its length."""
+    if not (_ready(partitions_per_topic, cnp.NPY_INT32)
+            and _ready(subscriptions_indptr, cnp.NPY_INT64)
+            and _ready(subscriptions, cnp.NPY_INT32)
+            and (static_member is None or _ready(static_member, cnp.NPY_UINT8)
+                 or _ready(static_member, cnp.NPY_BOOL))
+            and (current is None or cnp.PyArray_Check(current))):
+        return None
+    cdef cnp.ndarray ppt = <cnp.ndarray>partitions_per_topic
+    cdef cnp.ndarray sip = <cnp.ndarray>subscriptions_indptr
+    cdef cnp.ndarray sub = <cnp.ndarray>subscriptions
+    cdef int32_t T = <int32_t>cnp.PyArray_DIM(ppt, 0)
+    cdef int64_t E = cnp.PyArray_DIM(sub, 0)
+    if cnp.PyArray_DIM(sip, 0) < 1:
+        raise ValueError("subscriptions_indptr needs n_members + 1 >= 1 entries")
+    if cnp.PyArray_DIM(sip, 0) - 1 > INT32_MAX:
+        raise ValueError("too many members")
+    cdef int32_t M = <int32_t>(cnp.PyArray_DIM(sip, 0) - 1)
     cdef const uint8_t* stp = NULL
-    if static_member is not None and a.M > 0:
-        stp = &static_member[0]
+    if static_member is not None:
+        if cnp.PyArray_DIM(<cnp.ndarray>static_member, 0) != M:
+            raise ValueError("static_member has %d entries for %d members"
+                             % (cnp.PyArray_DIM(<cnp.ndarray>static_member, 0), M))
+        stp = <const uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>static_member)
+    cdef int64_t base_small[65]
+    cdef int64_t* base = base_small
+    if T >= 65:
+        base = <int64_t*>malloc((T + 1) * sizeof(int64_t))
+        if base == NULL:
+            raise MemoryError("assign_uniform: out of memory")
+    cdef const int32_t* pp = <const int32_t*>cnp.PyArray_DATA(ppt)
+    cdef const int64_t* sp = <const int64_t*>cnp.PyArray_DATA(sip)
+    cdef const int32_t* su = <const int32_t*>cnp.PyArray_DATA(sub)
+    cdef int32_t* op
+    cdef int64_t N
+    cdef cnp.npy_intp dims[1]
     cdef int rc
-    with nogil:
-        rc = _range(a.T, a.M, a.ppt, a.base, a.sptr, a.subs, a.E, stp, a.out)
-    _raise(rc)
-    return out
+    try:
+        rc = _bases(T, pp, base)
+        _raise(rc)
+        N = base[T]
+        if current is not None and (cnp.PyArray_NDIM(<cnp.ndarray>current) != 1
+                                    or cnp.PyArray_DIM(<cnp.ndarray>current, 0) != N):
+            raise ValueError("current must have shape (%d,), got %s" % (N, current.shape))
+        dims[0] = <cnp.npy_intp>N
+        out = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT32, 0)
+        op = <int32_t*>cnp.PyArray_DATA(<cnp.ndarray>out)
+        if N + E > 65536:
+            with nogil:
+                rc = _range(T, M, pp, base, sp, su, E, stp, op)
+        else:       # a small group takes a few us: releasing the GIL would cost more than that
+            rc = _range(T, M, pp, base, sp, su, E, stp, op)
+        _raise(rc)
+        return out
+    finally:
+        if base != base_small:
+            free(base)

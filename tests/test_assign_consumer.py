@@ -542,3 +542,92 @@ def test_range_large_matches_reference():
     out = C.range_(ppt, indptr, subs, None, static_member=static)
     np.testing.assert_array_equal(out, ref_range(ppt.tolist(), [r.tolist() for r in rows],
                                                  static.tolist()))
+
+
+# Run lengths around the range kernel's memcmp blocks (8, doubling to 1024 rows), so a run can
+# end at, before or after a block edge, or inside a block that must be bisected.
+RUN_LENGTHS = [1, 2, 7, 8, 9, 15, 16, 17, 24, 25, 63, 64, 65, 120, 1023, 1024, 1025, 1100]
+
+
+def _runs_group(rng):
+    """Members in runs of byte-identical rows (how real groups look: one run per distinct
+    subscription), with the neighbours that must not join a run: the same set in another
+    order, one topic more, a duplicate entry, an empty row."""
+    T = int(rng.integers(1, 30))
+    ppt = rng.integers(0, 60, T).astype(np.int32)
+    ppt[rng.random(T) < 0.1] = 0
+    rows = []
+    target = int(rng.choice([20, 300, 2500]))
+    while len(rows) < target:
+        k = int(rng.integers(0, min(T, 12) + 1))
+        row = rng.choice(T, k, replace=False).astype(np.int32)
+        kind = rng.integers(0, 6)
+        if kind == 0 and k > 1:
+            row = np.append(row, row[0]).astype(np.int32)          # a duplicate entry
+        n = int(rng.choice(RUN_LENGTHS))
+        rows += [row] * n
+        if kind == 1 and k > 1:
+            rows.append(row[::-1].copy())                          # same set, other order
+        elif kind == 2 and k < T:
+            extra = np.setdiff1d(np.arange(T, dtype=np.int32), row)[:1]
+            rows.append(np.concatenate([row, extra]).astype(np.int32))
+        elif kind == 3:
+            rows.append(np.zeros(0, np.int32))
+    return ppt, rows
+
+
+def test_range_runs_match_reference():
+    """Seeded random groups built from runs of identical rows (statics or not) against the
+    plain-Python reference. On failure, rerun with the GROUPCOORD_TEST_SEED printed."""
+    print("range runs: GROUPCOORD_TEST_SEED=%d" % SEED)
+    rng = np.random.default_rng(SEED + 4)
+    for case in range(40):
+        ppt, rows = _runs_group(rng)
+        M = len(rows)
+        static = (rng.random(M) < 0.2) if case % 3 == 0 else None
+        indptr, subs = csr(rows)
+        out = C.range_(ppt, indptr, subs, None, static_member=static)
+        ref = ref_range(ppt.tolist(), [r.tolist() for r in rows],
+                        None if static is None else static.tolist())
+        assert np.array_equal(out, ref), "case %d (GROUPCOORD_TEST_SEED=%d)" % (case, SEED)
+
+
+def test_range_argument_forms_agree():
+    """Arrays the kernel takes as they are, and everything the wrapper converts first (lists,
+    other integer widths, strided and big-endian arrays, bool/uint8/int statics), give the
+    same owners."""
+    ppt = np.array([5, 0, 7, 3], np.int32)
+    rows = [[0, 2], [0, 2], [3, 2, 0], [2], [0, 2]]
+    indptr, subs = csr(rows)
+    static = np.array([0, 1, 0, 0, 1], np.uint8)
+    want = ref_range(ppt.tolist(), rows, static.astype(bool).tolist())
+    strided = np.zeros(2 * subs.size, np.int32)
+    strided[::2] = subs
+    forms = [
+        (ppt, indptr, subs, static),
+        (ppt.tolist(), indptr.tolist(), subs.tolist(), static.tolist()),
+        (ppt.astype(np.int64), indptr.astype(np.int32), subs.astype(np.int16), static.astype(bool)),
+        (ppt.astype(">i4"), indptr.astype(">i8"), strided[::2], static.astype(np.int64) * 7),
+    ]
+    for p, i, s, st_ in forms:
+        np.testing.assert_array_equal(C.range_(p, i, s, None, static_member=st_), want)
+    # the kernel itself answers None (convert first) for anything it cannot read as it is
+    assert K.range_(ppt, indptr, strided[::2]) is None
+    assert K.range_(ppt.astype(np.int64), indptr, subs) is None
+    assert K.range_(ppt, indptr, subs, static.astype(np.int32)) is None
+    np.testing.assert_array_equal(K.range_(ppt, indptr, subs, static.astype(bool)), want)
+
+
+def test_range_bad_arguments_fast_path():
+    ppt = np.array([2, 2], np.int32)
+    with pytest.raises(ValueError):                 # a later run's row names topic 2 of 2
+        C.range_(ppt, np.array([0, 1, 2, 3], np.int64), np.array([0, 0, 2], np.int32))
+    with pytest.raises(ValueError):                 # indptr going backwards
+        C.range_(ppt, np.array([0, 2, 1, 3], np.int64), np.array([0, 1, 0], np.int32))
+    with pytest.raises(ValueError):                 # current of the wrong length
+        C.range_(ppt, np.array([0, 1], np.int64), np.array([0], np.int32),
+                 np.zeros(3, np.int32))
+    with pytest.raises(ValueError):
+        C.range_(np.array([-1], np.int32), np.array([0, 1], np.int64), np.array([0], np.int32))
+    assert C.range_(np.array([3], np.int32), np.array([0], np.int64),
+                    np.zeros(0, np.int32)).tolist() == [-1, -1, -1]

@@ -106,16 +106,20 @@ def range_(partitions_per_topic, subscriptions_indptr, subscriptions, current=No
             does not change keeps exactly the same assignment.
         static_member: bool[n_members] (members with a group.instance.id) or None.
     """
-    ppt, indptr, subs = _args(partitions_per_topic, subscriptions_indptr, subscriptions)
-    if current is not None:
-        cur = np.asarray(current)
-        n_units = int(ppt.sum(dtype=np.int64))
-        if cur.ndim != 1 or cur.shape[0] != n_units:
-            raise ValueError("current must have shape (%d,), got %s" % (n_units, cur.shape))
+    # Arrays already in the kernel's form go straight in (no copy, no Python-level checks:
+    # the per-call overhead is most of the time for small groups); anything else is
+    # converted here first.
+    out = _k.range_(partitions_per_topic, subscriptions_indptr, subscriptions, static_member,
+                    current)
+    if out is not None:
+        return out
+    ppt, indptr, subs = (np.require(a, requirements="CA") for a in
+                         _args(partitions_per_topic, subscriptions_indptr, subscriptions))
+    cur = None if current is None else np.asarray(current)
     st = None
     if static_member is not None:
         st = np.asarray(static_member)
         if st.ndim != 1:
             raise ValueError("static_member must be 1-D")
         st = np.ascontiguousarray(st != 0, dtype=np.uint8)
-    return _k.range_(ppt, indptr, subs, st)
+    return _k.range_(ppt, indptr, subs, st, cur)
