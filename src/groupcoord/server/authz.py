@@ -100,6 +100,22 @@ def _replace(obj, **kw):
     return msgspec.structs.replace(obj, **kw)
 
 
+def _partial(req, req_field: str, allowed: list, refused: list, resp_cls,
+             resp_field: str) -> Optional[Verdict]:
+    """The common shape of a request refused in part: nothing refused -> None (run it as it
+    is); everything -> answered now with the refused results; else run the allowed entries
+    and append the refused results to the answer's ``resp_field``."""
+    if not refused:
+        return None
+    if not allowed:
+        return Verdict(resp_cls(**{resp_field: refused}))
+
+    def post(resp):
+        setattr(resp, resp_field, list(getattr(resp, resp_field)) + refused)
+        return resp
+    return Verdict(None, _replace(req, **{req_field: allowed}), post)
+
+
 def _top(key: int, version: int, code: int, message: Optional[str] = None) -> Verdict:
     from groupcoord.server.node import top_level_error_response
     return Verdict(top_level_error_response(key, version, code, message))
@@ -136,18 +152,13 @@ def _offset_commit(key, version, req, who, node):
     if not who.can(READ, GROUP, req.group_id):
         return Verdict(m.OffsetCommitResponse(
             topics=[_commit_topic(t, GROUP_AUTH) for t in req.topics]))
-    denied = [t for t in req.topics if not who.can(READ, TOPIC, t.name)]
-    if not denied:
-        return None
-    refused = [_commit_topic(t, TOPIC_AUTH) for t in denied]
-    allowed = [t for t in req.topics if all(t is not d for d in denied)]
-    if not allowed:
-        return Verdict(m.OffsetCommitResponse(topics=refused))
-
-    def post(resp):
-        resp.topics = list(resp.topics) + refused
-        return resp
-    return Verdict(None, _replace(req, topics=allowed), post)
+    allowed, refused = [], []
+    for t in req.topics:
+        if who.can(READ, TOPIC, t.name):
+            allowed.append(t)
+        else:
+            refused.append(_commit_topic(t, TOPIC_AUTH))
+    return _partial(req, "topics", allowed, refused, m.OffsetCommitResponse, "topics")
 
 
 def _fetch_partition(cls, index: int, code: int):
@@ -323,17 +334,9 @@ def _list_groups(key, version, req, who, node):
 
 def _delete_groups(key, version, req, who, node):
     allowed, denied = _split_groups(req.groups_names, who, DELETE)
-    if not denied:
-        return None
     refused = [m.DeleteGroupsResponseDeletableGroupResult(group_id=g, error_code=GROUP_AUTH)
                for g in denied]
-    if not allowed:
-        return Verdict(m.DeleteGroupsResponse(results=refused))
-
-    def post(resp):
-        resp.results = list(resp.results) + refused
-        return resp
-    return Verdict(None, _replace(req, groups_names=allowed), post)
+    return _partial(req, "groups_names", allowed, refused, m.DeleteGroupsResponse, "results")
 
 
 def _find_coordinator(key, version, req, who, node):
@@ -384,15 +387,7 @@ def _configs(op: int, field: str, resp_field: str, result_cls_name: str, resp_cl
             if resp_field == "results":
                 kw["configs"] = []
             refused.append(result_cls(**kw))
-        if not refused:
-            return None
-        if not allowed:
-            return Verdict(getattr(m, resp_cls_name)(**{resp_field: refused}))
-
-        def post(resp):
-            setattr(resp, resp_field, list(getattr(resp, resp_field)) + refused)
-            return resp
-        return Verdict(None, _replace(req, **{field: allowed}), post)
+        return _partial(req, field, allowed, refused, getattr(m, resp_cls_name), resp_field)
     return chk
 
 
@@ -409,15 +404,7 @@ def _create_topics(key, version, req, who, node):
                 name=t.name, topic_id=m.ZERO_UUID, error_code=TOPIC_AUTH,
                 error_message="Authorization failed.", topic_config_error_code=0,
                 num_partitions=-1, replication_factor=-1, configs=None))
-    if not refused:
-        return None
-    if not allowed:
-        return Verdict(m.CreateTopicsResponse(topics=refused))
-
-    def post(resp):
-        resp.topics = list(resp.topics) + refused
-        return resp
-    return Verdict(None, _replace(req, topics=allowed), post)
+    return _partial(req, "topics", allowed, refused, m.CreateTopicsResponse, "topics")
 
 
 def _delete_topics(key, version, req, who, node):
@@ -442,38 +429,24 @@ def _delete_topics(key, version, req, who, node):
                 allowed.append(s)          # an unknown id: UNKNOWN_TOPIC_ID from the handler
             else:
                 refused.append(refusal(s.name, s.topic_id))
-        new = dict(topics=allowed)
+        field = "topics"
     else:
         allowed = [n for n in req.topic_names if who.can(DELETE, TOPIC, n)]
         refused = [refusal(n, m.ZERO_UUID) for n in req.topic_names
                    if not who.can(DELETE, TOPIC, n)]
-        new = dict(topic_names=allowed)
-    if not refused:
-        return None
-    if not allowed:
-        return Verdict(m.DeleteTopicsResponse(responses=refused))
-
-    def post(resp):
-        resp.responses = list(resp.responses) + refused
-        return resp
-    return Verdict(None, _replace(req, **new), post)
+        field = "topic_names"
+    return _partial(req, field, allowed, refused, m.DeleteTopicsResponse, "responses")
 
 
 def _create_partitions(key, version, req, who, node):
-    denied = [t for t in req.topics if not who.can(ALTER, TOPIC, t.name)]
-    if not denied:
-        return None
-    refused = [m.CreatePartitionsResponseCreatePartitionsTopicResult(
-        name=t.name, error_code=TOPIC_AUTH, error_message="Authorization failed.")
-        for t in denied]
-    allowed = [t for t in req.topics if all(t is not d for d in denied)]
-    if not allowed:
-        return Verdict(m.CreatePartitionsResponse(results=refused))
-
-    def post(resp):
-        resp.results = list(resp.results) + refused
-        return resp
-    return Verdict(None, _replace(req, topics=allowed), post)
+    allowed, refused = [], []
+    for t in req.topics:
+        if who.can(ALTER, TOPIC, t.name):
+            allowed.append(t)
+        else:
+            refused.append(m.CreatePartitionsResponseCreatePartitionsTopicResult(
+                name=t.name, error_code=TOPIC_AUTH, error_message="Authorization failed."))
+    return _partial(req, "topics", allowed, refused, m.CreatePartitionsResponse, "results")
 
 
 def _metadata(key, version, req, who, node):
