@@ -5,13 +5,18 @@ durable-write cost of the PostgreSQL store against the file store.
         [--only heartbeats,failover,store] [--seconds 5] [--kills 20] [--lease-ms 3000]
 
 heartbeats  `groupcoord serve` with 1 process, then `--processes 2`, each with a fresh data
-            directory, driven by the same load generator (benchmarks/loadgen.py, one process,
-            uvloop) with the same groups (KIP-848 consumer groups, --groups x --members) and
-            the same number of connections: with 2 processes each node gets the groups whose
-            shard it owns (owner_of) over half the connections, as a client that follows
-            FindCoordinator would send them. Closed loop (flood) heartbeats/s, p50/p99, CPU of
-            every node and of the load generator, and node CPU per heartbeat. The two
-            configurations alternate --rounds times.
+            directory, driven by the same light flood generator (benchmarks/hbflood.py) with
+            the same groups (KIP-848 consumer groups, --groups x --members) and the same
+            number of connections: with 2 processes each node gets the groups whose shard it
+            owns (owner_of) over half the connections, as a client that follows
+            FindCoordinator would send them. Set-up: loadgen.LoadGen joins the groups on each
+            node and waits until they are steady; then one process of its own (hbflood.py
+            --spec) floods steady heartbeats to every node: windows of --window pre-encoded
+            requests per connection, one window in flight per connection, the answers checked
+            by comparing bytes (decoded in full the first time). --io selectors|uvloop picks
+            its I/O. Closed loop heartbeats/s, window latency p50/p99, CPU of every node and
+            of the generator, node and generator CPU per heartbeat. The two configurations
+            alternate --rounds times.
 failover    a private PostgreSQL (tests/pg_server.py PgServer) and two `serve --store
             postgresql://` nodes; one KIP-848 member heartbeats every 100 ms. Each of --kills
             rounds: kill -9 the node that coordinates its group, then time until the member's
@@ -45,6 +50,7 @@ from array import array
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+import hbflood as H  # noqa: E402
 import loadgen as L  # noqa: E402
 from bench_server import Proc, data_root  # noqa: E402
 
@@ -132,31 +138,26 @@ async def _flood(a, procs: int) -> dict:
             assert sorted(pids) == list(range(1, procs + 1)), pids
             nodes = [(proc.port + i - 1, pids[i]) for i in sorted(pids)]
         names = _group_names(a.groups)
-        lgs = []
-        for i, (port, _pid) in enumerate(nodes):
-            lg = L.LoadGen("127.0.0.1", port, max(1, a.connections // procs), a.window)
-            await lg.connect()
-            for g in names:
-                if procs == 1 or owner_of(shard_for(g, SHARDS), procs) == i + 1:
-                    lg.consumer_group(g, a.members, [TOPIC])
-            lgs.append(lg)
-        for lg in lgs:
-            await lg.start(lg.all_members())
-        for lg in lgs:
-            await lg.wait_converged(lg.groups, 300)
-        res = await asyncio.gather(*(lg.measure(a.seconds, 0, pid, a.warmup)
-                                     for lg, (_p, pid) in zip(lgs, nodes)))
-        for lg in lgs:
-            await lg.close()
-        rate = sum(r["rate"] for r in res)
-        lat = [r["p50_ms"] for r in res], [r["p99_ms"] for r in res]
-        return {"procs": procs, "rate": rate, "per_node": [r["rate"] for r in res],
-                "groups_per_node": [len(lg.groups) for lg in lgs],
-                "p50_ms": max(lat[0]), "p99_ms": max(lat[1]),
-                "node_cpu": [r["server_cpu"] for r in res], "gen_cpu": res[0]["client_cpu"],
-                "machine_cpu": res[0]["machine_cpu"],
-                "errors": sum(sum(r["errors"].values()) for r in res),
-                "fenced": sum(r["fenced"] for r in res)}
+        conns = max(1, a.connections // procs)
+        mine = [[g for g in names if procs == 1 or owner_of(shard_for(g, SHARDS), procs) == i]
+                for i in range(1, procs + 1)]
+        # Set-up by the full load generator (joins, assignments, confirmations), then the
+        # flood by hbflood's process alone: this one only waits.
+        members = await asyncio.gather(*(H.form("127.0.0.1", port, gs, a.members, [TOPIC],
+                                                conns)
+                                         for (port, _pid), gs in zip(nodes, mine)))
+        r = await H.run_flood({"targets": [{"host": "127.0.0.1", "port": port, "pid": pid,
+                                            "connections": conns, "members": ms}
+                                           for (port, pid), ms in zip(nodes, members)],
+                               "window": a.window, "seconds": a.seconds,
+                               "warmup": a.warmup, "io": a.io})
+        return {"procs": procs, "rate": r["rate"], "per_node": r["per_node"],
+                "groups_per_node": [len(gs) for gs in mine],
+                "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "node_cpu": r["node_cpu"],
+                "gen_cpu": r["gen_cpu"], "gen_us": r["gen_us_per_hb"],
+                "machine_cpu": r["machine_cpu"], "errors": sum(r["errors"].values()),
+                "error_codes": r["errors"], "fenced": r["fenced"],
+                "unsteady": r["unsteady"], "mismatched": r["mismatched_windows"]}
     finally:
         rc = proc.stop(30)
         if rc not in (0, None):
@@ -247,8 +248,8 @@ class Member:
 def _node(dsn: str, node_id: int, port: int, lease_ms: int, d: str) -> Proc:
     return Proc([sys.executable, "-m", "groupcoord.cli", "serve", "--store", dsn,
                  "--node-id", str(node_id), "--host", "127.0.0.1", "--port", str(port),
-                 "--lease-ms", str(lease_ms), "--topic", "%s:4" % TOPIC, "--catalog-dir",
-                 os.path.join(d, "catalog-%d" % node_id), "--log-level", "WARNING"],
+                 "--lease-ms", str(lease_ms), "--topic", "%s:4" % TOPIC,
+                 "--log-level", "WARNING"],
                 "node %d" % node_id)
 
 
@@ -470,27 +471,37 @@ def report(a, res: dict, cmd: str) -> str:
         base = {r["round"]: r["rate"] for r in hb if r["procs"] == 1}
         lines += ["## Heartbeats/s: 1 vs 2 node processes (`--processes 2`)", "",
                   "%d KIP-848 consumer groups x %d members (%d members), %d connections in "
-                  "all, at most %d heartbeats in flight per connection, flood (closed loop), "
-                  "%.0f s windows after %.0f s warm-up. Node CPU is each node's share of one "
-                  "core (/proc/PID/stat); the generator's is its process time per second."
-                  % (a.groups, a.members, a.groups * a.members, a.connections, a.window,
-                     a.seconds, a.warmup), "",
+                  "all, light flood generator (benchmarks/hbflood.py, one process, --io %s): "
+                  "windows of %d pre-encoded steady heartbeats, one window in flight per "
+                  "connection (closed loop), %.0f s measurements after %.0f s warm-up. "
+                  "Latency is per window (its write to its last answer). Node CPU is each "
+                  "node's share of one core (/proc/PID/stat); the generator's is its process "
+                  "time per second. CPU not ours: the machine's busy CPU minus the nodes' and "
+                  "the generator's (other users' processes, and kernel time charged to no "
+                  "process)."
+                  % (a.groups, a.members, a.groups * a.members, a.connections, a.io,
+                     a.window, a.seconds, a.warmup), "",
                   "| round | processes | heartbeats/s | vs 1 process | per node | p50 ms | "
-                  "p99 ms | node CPU | node CPU us / heartbeat | generator CPU | machine "
-                  "CPU (of %d) | errors / fenced |" % (os.cpu_count() or 1),
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "p99 ms | node CPU | node CPU us / heartbeat | generator CPU | generator "
+                  "CPU us / heartbeat | machine CPU (of %d) | CPU not ours | errors / fenced |"
+                  % (os.cpu_count() or 1),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in hb:
             cpu_per = [c / x * 1e6 for c, x in zip(r["node_cpu"], r["per_node"]) if x]
-            lines.append("| %d | %d | %.0f | %.2fx | %s | %s | %s | %s | %s | %s | %s | "
-                         "%d / %d |" % (
+            other = r["machine_cpu"] - sum(r["node_cpu"]) - r["gen_cpu"]
+            lines.append("| %d | %d | %.0f | %.2fx | %s | %s | %s | %s | %s | %s | %s | %s | "
+                         "%s | %d / %d |" % (
                              r["round"], r["procs"], r["rate"], r["rate"] / base[r["round"]],
                              " + ".join("%.0f" % x for x in r["per_node"]),
                              _f(r["p50_ms"], 2), _f(r["p99_ms"], 2),
                              " + ".join(_f(c, 2) for c in r["node_cpu"]),
                              " / ".join("%.1f" % c for c in cpu_per),
-                             _f(r["gen_cpu"], 2), _f(r["machine_cpu"], 2),
-                             r["errors"], r["fenced"]))
-        lines.append("")
+                             _f(r["gen_cpu"], 2), _f(r["gen_us"], 2), _f(r["machine_cpu"], 2),
+                             _f(other, 2), r["errors"], r["fenced"]))
+        lines += ["", "Answers that differed from their window's first answers (decoded: "
+                  "errors, or error 0 with a new assignment / epoch): %d windows, %d unsteady "
+                  "answers." % (sum(r["mismatched"] for r in hb),
+                                sum(r["unsteady"] for r in hb)), ""]
     fo = res.get("failover")
     if fo:
         goal = fo["lease_ms"] / 1000.0 + 2.0
@@ -551,7 +562,10 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--members", type=int, default=100, help="per group")
     ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--window", type=int, default=64,
+                    help="heartbeats: requests per window (one window in flight a connection)")
+    ap.add_argument("--io", choices=("selectors", "uvloop"), default="selectors",
+                    help="heartbeats: the flood generator's I/O (benchmarks/hbflood.py)")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=2, help="1-vs-2 pairs, alternating")
