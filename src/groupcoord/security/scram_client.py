@@ -25,6 +25,7 @@ the password. The password is dropped once it has been used.
 """
 from __future__ import annotations
 
+import abc
 import base64
 import binascii
 import hmac
@@ -53,16 +54,18 @@ def escape_saslname(name: str) -> str:
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-class SaslClient:
+class SaslClient(abc.ABC):
     """One exchange of one mechanism (see the module docstring)."""
     mechanism: str
     complete = False
 
+    @abc.abstractmethod
     def initial(self) -> bytes:
-        raise NotImplementedError
+        """The client's first message."""
 
+    @abc.abstractmethod
     def step(self, server_bytes: bytes) -> Optional[bytes]:
-        raise NotImplementedError
+        """The answer to a server message (None: nothing more to send)."""
 
 
 def _b64(text: str, what: str) -> bytes:

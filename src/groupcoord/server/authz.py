@@ -285,7 +285,13 @@ def _describe_groups(key, version, req, who, node):
         error_code=GROUP_AUTH, error_message=None, group_id=g, group_state="",
         protocol_type="", protocol_data="", members=[],
         authorized_operations=UNKNOWN_AUTH_OPS) for g in denied]
+    return _described(req, "groups", allowed, refused, want_ops, who,
+                      m.DescribeGroupsResponse)
 
+
+def _described(req, req_field, allowed, refused, want_ops, who, resp_cls) -> Verdict:
+    """Every describe API: the refused groups appended, and the principal's authorized
+    operations on each described group when asked."""
     def post(resp):
         if want_ops:
             for d in resp.groups:
@@ -294,8 +300,8 @@ def _describe_groups(key, version, req, who, node):
         resp.groups = list(resp.groups) + refused
         return resp
     if not allowed:
-        return Verdict(post(m.DescribeGroupsResponse(groups=[])))
-    return Verdict(None, _replace(req, groups=allowed) if denied else req, post)
+        return Verdict(post(resp_cls(groups=[])))
+    return Verdict(None, _replace(req, **{req_field: allowed}) if refused else req, post)
 
 
 def _modern_describe(group_cls, resp_cls):
@@ -308,17 +314,7 @@ def _modern_describe(group_cls, resp_cls):
                              error_message="not authorized to describe group %s" % g,
                              group_id=g, authorized_operations=UNKNOWN_AUTH_OPS)
                    for g in denied]
-
-        def post(resp):
-            if want_ops:
-                for d in resp.groups:
-                    if d.error_code == 0:
-                        d.authorized_operations = who.ops(GROUP, d.group_id)
-            resp.groups = list(resp.groups) + refused
-            return resp
-        if not allowed:
-            return Verdict(post(resp_cls(groups=[])))
-        return Verdict(None, _replace(req, group_ids=allowed) if denied else req, post)
+        return _described(req, "group_ids", allowed, refused, want_ops, who, resp_cls)
     return chk
 
 
